@@ -1,1 +1,28 @@
-"""reference"""
+"""The plain-PyTorch DeepSeek-V4.1 reference model (the oracle of every kernel).
+
+```python
+from dsv4_decode.reference import ReferenceModel, RequestState
+model = ReferenceModel(cfg, weights, device="cpu")
+state = model.new_request()
+logits = model.prefill(token_ids, state)      # [L] -> fp32 [L, vocab]
+logits = model.decode(token_ids, states)      # [B, q_len] -> fp32 [B, q_len, vocab]
+```
+"""
+
+from .attention import output_projection, q_path, sparse_attention, window_kv
+from .compressor import compressor_proj, latent_outputs, pool_groups
+from .engram import EngramLayout, compress_tokens, engram_forward, hash_ids
+from .indexer import candidate_mask, index_query, index_scores, topk_indices
+from .mhc import hc_collapse, hc_expand, hc_mix
+from .model import ReferenceModel
+from .moe import route, swiglu_expert
+from .norm_rope import apply_rope, linear, rms_norm, rope_freqs
+from .state import RequestState
+
+__all__ = [
+    "EngramLayout", "ReferenceModel", "RequestState", "apply_rope", "candidate_mask",
+    "compress_tokens", "compressor_proj", "engram_forward", "hash_ids", "hc_collapse",
+    "hc_expand", "hc_mix", "index_query", "index_scores", "latent_outputs", "linear",
+    "output_projection", "pool_groups", "q_path", "rms_norm", "rope_freqs", "route",
+    "sparse_attention", "swiglu_expert", "topk_indices", "window_kv",
+]
