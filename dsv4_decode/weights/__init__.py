@@ -1,1 +1,63 @@
-"""weights"""
+"""Weights of DeepSeek-V4.1: random init at any config, the Hugging Face checkpoint loader, TP
+sharding, parameter counts.
+
+WEIGHT DICT CONTRACT (shared by ``dsv4_decode.weights``, which creates / loads it, and
+``dsv4_decode.reference``, which consumes it): a flat ``dict[str, torch.Tensor]`` keyed by the
+released checkpoint's own names (spec §2), in the checkpoint's storage formats; the table of
+every name, shape, dtype and TP split is ``names.param_table(cfg)``.
+
+- FP8 linear ``X`` (when ``cfg.quantized``): ``X.weight`` float8_e4m3fn [out, in] and
+  ``X.scale`` uint8 ue8m0 [ceil(out/b), ceil(in/b)], b = ``cfg.weight_block_size``;
+  dequantise with ``formats.dequant_fp8_weight``. Not quantized: ``X.weight`` bf16, no scale.
+- Routed expert ``ffn.experts.{e}.w1`` / ``w3``: ``.weight`` uint8 packed [I, D/2] (low nibble
+  = even input index) + ``.scale`` uint8 ue8m0 [I, D/cfg.expert_scale_block]; ``w2``: [D, I/2]
+  + [D, I/block]; dequantise with ``formats.dequant_mxfp4``. Not quantized: bf16 [out, in].
+- Engram tables ``engram.embed.weight`` float8_e4m3fn [rows, dh] + ``engram.embed.scale``
+  uint8 ue8m0 [rows, dh/32].
+- fp32: exactly ``hc_*_fn/base/scale``, ``attn.attn_sink``, ``ffn.gate.bias``,
+  ``ffn.gate.bias_vl``; everything else bf16.
+- With ``tp > 1`` the same names hold rank-local shards (spec §10.4, ``shard.py``).
+- DSpark draft layers (``mtp.*``) are not included.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..config import ModelConfig
+from .names import COMPONENTS, Param, engram_primes, engram_rows, param_table
+from .random import random_weights
+from .shard import check_tp, local_shape, shard
+
+__all__ = ["COMPONENTS", "Param", "engram_primes", "engram_rows", "local_shape", "param_bytes",
+           "param_counts", "param_table", "random_weights", "shard"]
+
+
+def param_counts(cfg: ModelConfig, tp: int = 1) -> dict[str, int]:
+    """Logical parameters per component (``names.COMPONENTS``) held by TP rank 0 of ``tp``
+    (scales are not parameters; a packed FP4 byte holds two)."""
+    check_tp(cfg, tp, 0)
+    counts = Counter({c: 0 for c in COMPONENTS})
+    for p in param_table(cfg):
+        if p.is_scale:
+            continue
+        n = _numel(local_shape(p, cfg, tp, 0))
+        counts[p.component] += 2 * n if p.fmt == "fp4" else n
+    return dict(counts)
+
+
+def param_bytes(cfg: ModelConfig, tp: int = 1) -> dict[str, int]:
+    """Storage bytes per component held by TP rank 0 of ``tp`` (FP8 1 B + 1 B per block,
+    MXFP4 0.5 B + 1 B per scale block, bf16 2 B, fp32 4 B; spec §11 conventions)."""
+    check_tp(cfg, tp, 0)
+    out = Counter({c: 0 for c in COMPONENTS})
+    for p in param_table(cfg):
+        out[p.component] += _numel(local_shape(p, cfg, tp, 0)) * p.dtype.itemsize
+    return dict(out)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
