@@ -1,0 +1,244 @@
+"""Triton kernels of ``sparse_attn`` (private; the contract is in ``api.py``).
+
+``_sparse_attn_kernel``: one CTA per (column split, head block, row). It loads the row's
+``[BLOCK_H, D]`` queries once, then per step of ``BLOCK_N`` key columns gathers the records
+(window ring or paged compressed cache), dequantises them to an exact bf16 tile ``K [BLOCK_N, D]``
+and uses it twice: ``S = Q K^T`` and ``acc += P K`` (K = V), with an online softmax in the log2
+domain. One split finalises in place; several write (m, l, acc) partials and the last CTA to
+arrive (atomic counter, reset by that CTA) or ``_merge_kernel`` merges them, adds the sink to the
+denominator, normalises, applies the inverse RoPE and writes bf16.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _window_tile(win_ptr, slot, pos, row_ok, i0, ring,
+                 WINDOW: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Keys ``i0 .. i0+BLOCK_N`` of the row's window (key i = position pos - WINDOW + 1 + i),
+    dequantised from 528-byte FP8 records -> (bf16 [BLOCK_N, D], valid [BLOCK_N])."""
+    i = i0 + tl.arange(0, BLOCK_N)
+    kpos = pos - WINDOW + 1 + i
+    valid = (i < WINDOW) & (kpos >= 0) & row_ok
+    rec = (slot.to(tl.int64) * ring + tl.where(valid, kpos % ring, 0)) * (D + D // 32)
+    blk = tl.arange(0, D // 32)
+    e = tl.arange(0, 32)
+    codes = tl.load(win_ptr + rec[:, None, None] + blk[None, :, None] * 32 + e[None, None, :],
+                    mask=valid[:, None, None], other=0)
+    sc = tl.load(win_ptr + rec[:, None] + D + blk[None, :], mask=valid[:, None], other=0)
+    # ue8m0 byte b -> 2^(b-127) built from its exponent bits (b = 0 of a masked key -> 0.0)
+    scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    vals = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
+    return tl.reshape(vals, (BLOCK_N, D)).to(tl.bfloat16), valid
+
+
+@triton.jit
+def _compressed_tile(comp_ptr, bt_ptr, idx_ptr, row, slot, row_ok, c0, k_sel, n_pages,
+                     max_pages, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Index-list columns ``c0 .. c0+BLOCK_N`` of the row, dequantised from 288-byte NVFP4 records
+    through the block table -> (bf16 [BLOCK_N, D], valid [BLOCK_N])."""
+    c = c0 + tl.arange(0, BLOCK_N)
+    j = tl.load(idx_ptr + row.to(tl.int64) * k_sel + c, mask=(c < k_sel) & row_ok, other=-1)
+    valid = (j >= 0) & (j < max_pages * PAGE)
+    j = tl.where(valid, j, 0)
+    page = tl.load(bt_ptr + slot.to(tl.int64) * max_pages + j // PAGE, mask=valid, other=-1)
+    valid = valid & (page >= 0) & (page < n_pages)
+    rec = (tl.where(valid, page, 0).to(tl.int64) * PAGE + j % PAGE) * (D // 2 + D // 16)
+    blk = tl.arange(0, D // 16)
+    e = tl.arange(0, 8)
+    packed = tl.load(comp_ptr + rec[:, None, None] + blk[None, :, None] * 8 + e[None, None, :],
+                     mask=valid[:, None, None], other=0)
+    sc = tl.load(comp_ptr + rec[:, None] + D // 2 + blk[None, :], mask=valid[:, None], other=0)
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    # byte k holds dim 2k in the low nibble, 2k+1 in the high nibble
+    n = tl.interleave(packed & 0xF, packed >> 4).to(tl.uint32)  # [BLOCK_N, D/16, 16]
+    ex = (n >> 1) & 3
+    m = n & 1
+    # e2m1 -> fp32 bits: ex = 0 is 0 or 0.5; else 2^(ex-1) * (1 + m/2); sign in bit 3
+    bits = tl.where(ex == 0, m * 0x3F000000, ((ex + 126) << 23) | (m << 22)) | ((n >> 3) << 31)
+    vals = bits.to(tl.float32, bitcast=True) * scale[:, :, None]
+    return tl.reshape(vals, (BLOCK_N, D)).to(tl.bfloat16), valid
+
+
+@triton.jit
+def _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads,
+              n_cos, D: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
+              HAS_SINK: tl.constexpr):
+    """acc [BLOCK_H, D] unnormalised, m (log2 domain) and l [BLOCK_H] -> sink, normalise,
+    inverse RoPE on the last 2*R2 dims, store bf16."""
+    if HAS_SINK:
+        sink = tl.load(sink_ptr + h, mask=hmask, other=0.0) * 1.4426950408889634
+        m_f = tl.maximum(m, sink)
+    else:
+        m_f = m
+    m_use = tl.where(m_f == float("-inf"), 0.0, m_f)
+    alpha = tl.exp2(m - m_use)
+    den = l * alpha
+    if HAS_SINK:
+        den += tl.exp2(sink - m_use)
+    w = tl.where(den > 0, alpha / den, 0.0)
+    o = acc * w[:, None]
+    # inverse RoPE: rotate pairs (2i, 2i+1) by -pos*f; pairs before the rope slice get cos 1, sin 0
+    a, b = tl.split(tl.reshape(o, (BLOCK_H, D // 2, 2)))
+    i = tl.arange(0, D // 2) - (D // 2 - R2)
+    ok = (i >= 0) & (pos >= 0) & (pos < n_cos)
+    cs = tl.load(cos_ptr + pos * R2 + i, mask=ok, other=1.0)[None, :]
+    sn = tl.load(sin_ptr + pos * R2 + i, mask=ok, other=0.0)[None, :]
+    o = tl.reshape(tl.join(a * cs + b * sn, b * cs - a * sn), (BLOCK_H, D))
+    d = tl.arange(0, D)
+    offs = (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :]
+    tl.store(out_ptr + offs, o.to(tl.bfloat16), mask=hmask[:, None])
+
+
+@triton.jit
+def _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr,
+           sink_ptr, n_heads, n_cos, D: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
+           N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
+    """Merge the N_SPLIT partials at ``base`` (first split's index) and finalise.
+    Loads bypass L1 (.cg): the partials were written by other CTAs of this launch."""
+    hh = tl.arange(0, BLOCK_H)
+    d = tl.arange(0, D)
+    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    for s in tl.static_range(N_SPLIT):
+        m = tl.maximum(m, tl.load(ws_m_ptr + (base + s) * BLOCK_H + hh, cache_modifier=".cg"))
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    acc = tl.zeros([BLOCK_H, D], tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    for s in tl.static_range(N_SPLIT):
+        r = (base + s) * BLOCK_H + hh
+        w = tl.exp2(tl.load(ws_m_ptr + r, cache_modifier=".cg") - m_use)
+        l += w * tl.load(ws_l_ptr + r, cache_modifier=".cg")
+        part = tl.load(ws_acc_ptr + r.to(tl.int64)[:, None] * D + d[None, :], cache_modifier=".cg")
+        acc += w[:, None] * part
+    _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos,
+              D, R2, BLOCK_H, HAS_SINK)
+
+
+@triton.jit
+def _sparse_attn_kernel(
+    # inputs
+    q_ptr, win_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, sink_ptr, comp_ptr, bt_ptr, idx_ptr,
+    # outputs and workspace
+    out_ptr, ws_acc_ptr, ws_m_ptr, ws_l_ptr, cnt_ptr,
+    # sizes
+    n_heads, n_slots, ring, n_bt_slots, n_pages, max_pages, k_sel, n_cos,
+    qk_scale,  # softmax scale * log2(e)
+    # constants
+    WINDOW: tl.constexpr, W_PAD: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_STEPS: tl.constexpr,
+    N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr, HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr,
+):
+    pid_s = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    row = tl.program_id(2)
+    n_hb = tl.num_programs(1)
+    pos = tl.load(pos_ptr + row)
+    slot = tl.load(slot_ptr + row)
+    win_ok = (slot >= 0) & (slot < n_slots)
+    sel_ok = (slot >= 0) & (slot < n_bt_slots)
+    w_slot = tl.where(win_ok, slot, 0)
+    c_slot = tl.where(sel_ok, slot, 0)
+
+    h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = h < n_heads
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :],
+                mask=hmask[:, None], other=0.0)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, D], tl.float32)
+    # The last split may run past W_PAD + k_sel: those columns are masked like any other.
+    for it in range(SPLIT_STEPS):
+        c0 = pid_s * (SPLIT_STEPS * BLOCK_N) + it * BLOCK_N
+        if HAS_SEL:
+            if c0 < W_PAD:
+                k, valid = _window_tile(win_ptr, w_slot, pos, win_ok, c0, ring, WINDOW, D,
+                                        BLOCK_N)
+            else:
+                k, valid = _compressed_tile(comp_ptr, bt_ptr, idx_ptr, row, c_slot, sel_ok,
+                                            c0 - W_PAD, k_sel, n_pages, max_pages, D, PAGE,
+                                            BLOCK_N)
+        else:
+            k, valid = _window_tile(win_ptr, w_slot, pos, win_ok, c0, ring, WINDOW, D, BLOCK_N)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), k)
+        m_i = m_new
+
+    if N_SPLIT == 1:
+        _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
+                  n_heads, n_cos, D, R2, BLOCK_H, HAS_SINK)
+    else:
+        group = row * n_hb + pid_h
+        r = (group * N_SPLIT + pid_s) * BLOCK_H + tl.arange(0, BLOCK_H)
+        tl.store(ws_acc_ptr + r.to(tl.int64)[:, None] * D + d[None, :], acc)
+        tl.store(ws_m_ptr + r, m_i)
+        tl.store(ws_l_ptr + r, l_i)
+        if FUSED_MERGE:
+            # Every thread's partial is written before one thread's release-acquire increment;
+            # the CTA that brings the count to N_SPLIT merges and resets it for the next call.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + group, 1, sem="acq_rel", scope="gpu")
+            if arrived == N_SPLIT - 1:
+                _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, group * N_SPLIT, row, h, hmask, pos,
+                       out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, D, R2, BLOCK_H,
+                       N_SPLIT, HAS_SINK)
+                tl.atomic_xchg(cnt_ptr + group, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, pos_ptr, out_ptr, cos_ptr, sin_ptr, sink_ptr,
+                  n_heads, n_cos, D: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
+                  N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
+    pid_h = tl.program_id(0)
+    row = tl.program_id(1)
+    h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    pos = tl.load(pos_ptr + row)
+    group = row * tl.num_programs(0) + pid_h
+    _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, group * N_SPLIT, row, h, h < n_heads, pos, out_ptr,
+           cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, D, R2, BLOCK_H, N_SPLIT, HAS_SINK)
+
+
+def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, block_table,
+           indices, out, ws, cfg, window: int, w_pad: int, softmax_scale: float):
+    """Launch the kernel(s) for validated arguments (``ws``: workspace tensors or None)."""
+    t, n_heads, d = q.shape
+    has_sel = indices is not None and indices.shape[1] > 0
+    n_hb = triton.cdiv(n_heads, cfg.block_h)
+    k_sel = indices.shape[1] if has_sel else 0
+    # Unused pointers get a valid tensor of the right element type (never dereferenced).
+    comp = compressed if has_sel else window_cache
+    bt = block_table if has_sel else row_slots
+    idx = indices if has_sel else row_slots
+    sink = sinks if sinks is not None else cos
+    ws_acc, ws_m, ws_l, cnt = ws if ws is not None else (out, cos, cos, row_slots)
+    grid = (cfg.n_split, n_hb, t)
+    _sparse_attn_kernel[grid](
+        q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
+        out, ws_acc, ws_m, ws_l, cnt,
+        n_heads, window_cache.shape[0], window_cache.shape[1],
+        block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,
+        block_table.shape[1] if has_sel else 0, k_sel, cos.shape[0],
+        softmax_scale * LOG2E,
+        WINDOW=window, W_PAD=w_pad, D=d, R2=cos.shape[1],
+        PAGE=compressed.shape[1] if has_sel else 1, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
+        SPLIT_STEPS=cfg.split_cols // cfg.block_n, N_SPLIT=cfg.n_split, HAS_SEL=has_sel, HAS_SINK=sinks is not None,
+        FUSED_MERGE=cfg.fused_merge, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if cfg.n_split > 1 and not cfg.fused_merge:
+        _merge_kernel[(n_hb, t)](
+            ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
+            D=d, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
+            HAS_SINK=sinks is not None, num_warps=cfg.num_warps,
+        )
