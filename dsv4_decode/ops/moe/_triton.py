@@ -1,0 +1,308 @@
+"""Triton kernels of the MoE op (private; the contract is in ``api.py``).
+
+Six launches per MoE layer, all with grids fixed by the shapes (graph-safe, idle CTAs exit):
+
+1. ``_router_logits_kernel``  split-K partial logits ``[S, T, E]`` fp32 (bf16 tensor-core dot);
+2. ``_router_select_kernel``  sums the S partials in order, sqrtsoftplus, biased top-k, weights;
+3. ``_route_record_kernel``   one CTA: sorts the ``T*k`` (expert, entry) keys and writes the
+                              entries grouped by expert, each group padded to ``BLOCK_M``;
+4. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``;
+5. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``;
+6. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order.
+
+No float atomics anywhere: every output element is written by one CTA with a fixed reduction
+order, so replays are bitwise identical.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# --------------------------------------------------------------------------- router
+
+
+@triton.jit
+def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
+                          BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+                          K_CHUNK: tl.constexpr):
+    pid_e = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    pid_t = tl.program_id(2)
+    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    acc = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
+    for kk in range(0, K_CHUNK, BLOCK_K):
+        offs_k = pid_s * K_CHUNK + kk + tl.arange(0, BLOCK_K)
+        xt = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
+                     mask=(offs_t[:, None] < T) & (offs_k[None, :] < D), other=0.0)
+        wt = tl.load(w_ptr + offs_e[None, :].to(tl.int64) * D + offs_k[:, None],
+                     mask=(offs_e[None, :] < E) & (offs_k[:, None] < D), other=0.0)
+        acc = tl.dot(xt, wt, acc)
+    mask = (offs_t[:, None] < T) & (offs_e[None, :] < E)
+    tl.store(part_ptr + (pid_s * T + offs_t[:, None]) * E + offs_e[None, :], acc, mask=mask)
+
+
+@triton.jit
+def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, T, E, route_scale,
+                          SPLIT: tl.constexpr, TOP_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                          E_PAD: tl.constexpr, HAS_VALID: tl.constexpr):
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_e = tl.arange(0, E_PAD)
+    tmask = offs_t < T
+    emask = offs_e < E
+    mask = tmask[:, None] & emask[None, :]
+    z = tl.zeros((BLOCK_T, E_PAD), dtype=tl.float32)
+    for s in range(SPLIT):  # fixed order: deterministic logits
+        z += tl.load(part_ptr + (s * T + offs_t[:, None]) * E + offs_e[None, :], mask=mask,
+                     other=0.0)
+    # softplus(z) = max(z, 0) + log1p(exp(-|z|)); log1p by its series where 1 + y rounds.
+    y = tl.exp(-tl.abs(z))
+    log1p = tl.where(y < 1e-4, y * (1.0 - 0.5 * y), tl.log(1.0 + y))
+    sigma = tl.sqrt(tl.maximum(z, 0.0) + log1p)
+    bias = tl.load(bias_ptr + offs_e, mask=emask, other=0.0)
+    score = tl.where(emask[None, :], sigma + bias[None, :], float("-inf"))
+    valid = tmask
+    if HAS_VALID:
+        valid = valid & (offs_t < tl.load(valid_ptr))
+    # Pass 1 finds the normaliser; pass 2 repeats the same (deterministic) selection and
+    # stores ids and weights, so nothing is re-read from memory.
+    total = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    s1 = score
+    for _i in tl.static_range(TOP_K):
+        hit = _argmax_hit(s1, offs_e, E_PAD)
+        total += tl.sum(tl.where(hit, sigma, 0.0), axis=1)
+        s1 = tl.where(hit, float("-inf"), s1)
+    norm = route_scale / (total + 1e-20)
+    for i in tl.static_range(TOP_K):
+        hit = _argmax_hit(score, offs_e, E_PAD)
+        idx = tl.max(tl.where(hit, offs_e[None, :], -1), axis=1)
+        sel = tl.sum(tl.where(hit, sigma, 0.0), axis=1)
+        score = tl.where(hit, float("-inf"), score)
+        tl.store(ids_ptr + offs_t * TOP_K + i, tl.where(valid, idx, -1), mask=tmask)
+        tl.store(wts_ptr + offs_t * TOP_K + i, tl.where(valid, sel * norm, 0.0), mask=tmask)
+
+
+@triton.jit
+def _argmax_hit(score, offs_e, E_PAD: tl.constexpr):
+    """One-hot ``[BT, E_PAD]`` of each row's largest score; ties go to the lower expert id."""
+    best = tl.max(score, axis=1)
+    idx = tl.min(tl.where(score == best[:, None], offs_e[None, :], E_PAD), axis=1)
+    return offs_e[None, :] == idx[:, None]
+
+
+@triton.jit
+def _route_record_kernel(ids_ptr, entries_ptr, shift_ptr, N, CAP: tl.constexpr,
+                         NP: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                         FILL: tl.constexpr):
+    """One CTA. Entry ``n = t*k + i`` (row t, slot i) goes to ``entries[pstart[e] + rank]``
+    where ``e = ids[n]``, ``pstart`` the prefix of the per-expert counts padded to BLOCK_M and
+    ``rank`` its position among the expert's entries in entry order; the rest stays -1."""
+    offs = tl.arange(0, NP)
+    e = tl.load(ids_ptr + offs, mask=offs < N, other=-1)
+    valid = e >= 0
+    for c in range(0, CAP, FILL):
+        offs_f = c + tl.arange(0, FILL)
+        tl.store(entries_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP)
+    cnt = tl.histogram(tl.where(valid, e, 0), E_PAD, mask=valid)
+    padded = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    shift = (tl.cumsum(padded, 0) - padded) - (tl.cumsum(cnt, 0) - cnt)
+    tl.store(shift_ptr + tl.arange(0, E_PAD), shift)
+    key = tl.sort(tl.where(valid, e * NP + offs, E_PAD * NP))
+    kvalid = key < E_PAD * NP
+    ke = tl.where(kvalid, key // NP, 0)
+    tl.debug_barrier()  # the -1 fill and the shift table are visible to the whole CTA
+    dest = offs + tl.load(shift_ptr + ke, mask=kvalid, other=0)
+    tl.store(entries_ptr + dest, key % NP, mask=kvalid)
+
+
+# --------------------------------------------------------------------------- dequant helpers
+
+
+@triton.jit
+def _ue8m0_to_f32(s):
+    """ue8m0 byte -> fp32 ``2**(s-127)`` exactly (byte 0 reads as 0; never a weight scale)."""
+    return (s.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e2m1_to_f32(nib):
+    """e2m1 nibble (int32 0..15) -> fp32: magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}."""
+    c = nib & 7
+    ex = c >> 1
+    m = c & 1
+    twice = tl.where(ex == 0, m, (2 + m) << tl.maximum(ex - 1, 0))  # 2 * |value|
+    mag = twice.to(tl.float32) * 0.5
+    return tl.where((nib & 8) != 0, -mag, mag)
+
+
+@triton.jit
+def _mx_dot(acc, x_ptr, rows, row_ok, stride_x, k0, K, w_ptr, s_ptr, offs_n, n_ok,
+            SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, MX_NATIVE: tl.constexpr):
+    """``acc [BM, BN] += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` for MXFP4 ``W`` stored
+    ``[N, K/2]`` packed (low nibble = even k) with ue8m0 scales ``[N, K/SCALE_BLOCK]``.
+
+    MX_NATIVE: Triton's ``dot_scaled`` (bf16 x e2m1, block 32; upcast in registers on SM90).
+    Otherwise: explicit dequant to bf16 and two dots over the even / odd k (any block)."""
+    if MX_NATIVE:
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        offs_b = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+        offs_s = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+        kb_ok = offs_b < K // 2
+        xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :],
+                     mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0)
+        wq = tl.load(w_ptr + offs_n[None, :] * (K // 2) + offs_b[:, None],
+                     mask=n_ok[None, :] & kb_ok[:, None], other=0)
+        ws = tl.load(s_ptr + offs_n[:, None] * (K // 32) + offs_s[None, :],
+                     mask=n_ok[:, None] & (offs_s[None, :] < K // 32), other=127)
+        acc = tl.dot_scaled(xt, None, "bf16", wq, ws, "e2m1", acc)
+    else:
+        j = tl.arange(0, BLOCK_K // 2)
+        k_even = k0 + 2 * j
+        k_ok = k_even < K
+        x_base = x_ptr + rows[:, None] * stride_x + k_even[None, :]
+        xmask = row_ok[:, None] & k_ok[None, :]
+        x_even = tl.load(x_base, mask=xmask, other=0.0)
+        x_odd = tl.load(x_base + 1, mask=xmask, other=0.0)
+        wmask = n_ok[None, :] & k_ok[:, None]
+        wq = tl.load(w_ptr + offs_n[None, :] * (K // 2) + (k_even // 2)[:, None], mask=wmask,
+                     other=0).to(tl.int32)
+        s_col = (k_even // SCALE_BLOCK)[:, None]
+        ws = tl.load(s_ptr + offs_n[None, :] * (K // SCALE_BLOCK) + s_col, mask=wmask, other=127)
+        scale = _ue8m0_to_f32(ws)
+        lo = (_e2m1_to_f32(wq & 15) * scale).to(tl.bfloat16)
+        hi = (_e2m1_to_f32(wq >> 4) * scale).to(tl.bfloat16)
+        acc = tl.dot(x_even, lo, acc)
+        acc = tl.dot(x_odd, hi, acc)
+    return acc
+
+
+@triton.jit
+def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, k0, K, w_ptr, s_ptr, offs_n, n_ok,
+             BLOCK_K: tl.constexpr):
+    """``acc += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` for e4m3 ``W [N, K]`` with one
+    ue8m0 scale per 32x32 block (``[ceil(N/32), K/32]``), applied to each 32-deep partial."""
+    for kk in tl.static_range(BLOCK_K // 32):
+        offs_k = k0 + kk * 32 + tl.arange(0, 32)
+        k_ok = offs_k < K
+        xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :],
+                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        wt = tl.load(w_ptr + offs_n[None, :] * K + offs_k[:, None],
+                     mask=n_ok[None, :] & k_ok[:, None], other=0.0)
+        s = tl.load(s_ptr + (offs_n // 32) * tl.cdiv(K, 32) + (k0 + kk * 32) // 32,
+                    mask=n_ok & (k0 + kk * 32 < K), other=0)
+        part = tl.dot(xt, wt.to(tl.bfloat16))
+        acc += part * _ue8m0_to_f32(s)[None, :]
+    return acc
+
+
+# --------------------------------------------------------------------------- experts
+
+
+@triton.jit
+def _swiglu(g, u):
+    g = tl.minimum(g, 10.0)
+    u = tl.minimum(tl.maximum(u, -10.0), 10.0)
+    return g / (1.0 + tl.exp(-g)) * u
+
+
+@triton.jit
+def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
+                   T, stride_x, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
+                   TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MX_NATIVE: tl.constexpr):
+    """Tile ``pid_m < MAX_TILES``: BLOCK_M entries of one routed expert; beyond: BLOCK_M rows of
+    the shared expert. ``h[entry, n] = swiglu(W1 x, W3 x)`` for ``n`` in this CTA's BLOCK_N."""
+    pid_m = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < I
+    offs_m = tl.arange(0, BLOCK_M)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if pid_m < MAX_TILES:
+        first = tl.load(entries_ptr + pid_m * BLOCK_M)
+        if first >= 0:  # tiles past the last expert's group are idle
+            ent = tl.load(entries_ptr + pid_m * BLOCK_M + offs_m)
+            ok = ent >= 0
+            rows = tl.where(ok, ent // TOP_K, 0)
+            e = tl.load(ids_ptr + first).to(tl.int64)
+            wg = w13_ptr + e * (2 * I) * (D // 2)
+            sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
+            wu = wg + I * (D // 2)
+            su = sg + I * (D // SCALE_BLOCK)
+            for k0 in range(0, D, BLOCK_K):
+                acc_g = _mx_dot(acc_g, x_ptr, rows, ok, stride_x, k0, D, wg, sg, offs_n, n_ok,
+                                SCALE_BLOCK, BLOCK_K, MX_NATIVE)
+                acc_u = _mx_dot(acc_u, x_ptr, rows, ok, stride_x, k0, D, wu, su, offs_n, n_ok,
+                                SCALE_BLOCK, BLOCK_K, MX_NATIVE)
+            h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
+            tl.store(h_ptr + ent[:, None].to(tl.int64) * I + offs_n[None, :], h,
+                     mask=ok[:, None] & n_ok[None, :])
+    else:
+        rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
+        ok = rows < T
+        ssu = ss13_ptr + (I // 32) * tl.cdiv(D, 32)
+        for k0 in range(0, D, BLOCK_K):
+            acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, k0, D, sw13_ptr, ss13_ptr,
+                             offs_n, n_ok, BLOCK_K)
+            acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, k0, D, sw13_ptr + I * D, ssu,
+                             offs_n, n_ok, BLOCK_K)
+        h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
+        tl.store(h_ptr + (N_ENTRIES + rows[:, None]).to(tl.int64) * I + offs_n[None, :], h,
+                 mask=ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
+                     T, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
+                     SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, MX_NATIVE: tl.constexpr):
+    """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
+    tiles as in ``_moe_up_kernel`` (shared rows live at entries ``N_ENTRIES + t``)."""
+    pid_m = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < D
+    offs_m = tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if pid_m < MAX_TILES:
+        first = tl.load(entries_ptr + pid_m * BLOCK_M)
+        if first >= 0:
+            ent = tl.load(entries_ptr + pid_m * BLOCK_M + offs_m)
+            ok = ent >= 0
+            hrows = tl.where(ok, ent, 0).to(tl.int64)
+            e = tl.load(ids_ptr + first).to(tl.int64)
+            w = w2_ptr + e * D * (I // 2)
+            s = s2_ptr + e * D * (I // SCALE_BLOCK)
+            for k0 in range(0, I, BLOCK_K):
+                acc = _mx_dot(acc, h_ptr, hrows, ok, I, k0, I, w, s, offs_n, n_ok,
+                              SCALE_BLOCK, BLOCK_K, MX_NATIVE)
+            tl.store(part_ptr + hrows[:, None] * D + offs_n[None, :], acc,
+                     mask=ok[:, None] & n_ok[None, :])
+    else:
+        rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
+        ok = rows < T
+        hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
+        for k0 in range(0, I, BLOCK_K):
+            acc = _fp8_dot(acc, h_ptr, hrows, ok, I, k0, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
+                           BLOCK_K)
+        tl.store(part_ptr + hrows[:, None] * D + offs_n[None, :], acc,
+                 mask=ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _moe_combine_kernel(part_ptr, ids_ptr, wts_ptr, out_ptr, D, N_ENTRIES, stride_out,
+                        TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr):
+    row = tl.program_id(0)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for i in tl.static_range(TOP_K):  # slot order: deterministic
+        n = row * TOP_K + i
+        e = tl.load(ids_ptr + n)
+        w = tl.load(wts_ptr + n)
+        p = tl.load(part_ptr + n.to(tl.int64) * D + offs_d, mask=dmask & (e >= 0), other=0.0)
+        acc += tl.where(e >= 0, w, 0.0) * p
+    if HAS_SHARED:
+        acc += tl.load(part_ptr + (N_ENTRIES + row).to(tl.int64) * D + offs_d, mask=dmask,
+                       other=0.0)
+    tl.store(out_ptr + row.to(tl.int64) * stride_out + offs_d, acc.to(tl.bfloat16), mask=dmask)

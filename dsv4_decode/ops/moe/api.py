@@ -1,0 +1,350 @@
+"""MoE of one decode step (spec §6): router front, routed MXFP4 experts, FP8 shared expert.
+
+Public entry points:
+
+- ``route(x, gate_weight, gate_bias, top_k=6, route_scale=1.5)`` -> ``Routing``
+  (3 launches: split-K logits, select, routing record);
+- ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
+- ``moe_experts(x, routing, w13, w13_scales, w2, w2_scales, shared=None)`` -> ``[T, D]`` bf16
+  (3 launches: W1|W3 + SwiGLU, W2, combine);
+- ``prepare_moe_weights`` (load time), ``alloc_routing`` / ``alloc_moe_workspace`` (buffers
+  for graph capture).
+
+Graph safety: with ``out`` / ``workspace`` given nothing is allocated, nothing is synchronised,
+and every grid depends only on shapes (sized for the worst case; idle CTAs exit at once).
+Determinism: no float atomics; every replay of the same inputs is bitwise identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from . import _triton as K
+from .config import MoEConfig, pick_config
+
+MAX_ENTRIES = 4096  # rows * top_k handled by the one-CTA routing record (sort width)
+
+_ROUTER_BLOCK_E = 64
+_ROUTER_K_CHUNK = 256
+_ROUTER_BLOCK_K = 128
+_SELECT_ROWS = 4
+_COMBINE_BLOCK_D = 1024
+
+
+def _np2(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+def _fail(arg: str, got, need: str):
+    raise ValueError(f"{arg}: got {got}, needs {need}")
+
+
+# --------------------------------------------------------------------------- routing record
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The routing of ``T`` rows and the record the expert kernels consume (device buffers).
+
+    ids      int32 ``[T, k]``: expert of slot i of row t, descending score; -1 = no expert
+             (padding rows); the slot's entry number is ``n = t*k + i``.
+    weights  fp32 ``[T, k]``: routing weight of each slot (0 where ids is -1).
+    entries  int32 ``[max_tiles * block_m]``: entry numbers grouped by expert (ascending expert
+             id, entry order within an expert), each group padded with -1 to a multiple of
+             ``block_m``; everything after the last group is -1. Tile ``j`` of the expert
+             kernels serves ``entries[j*block_m : (j+1)*block_m]``, all of one expert.
+    shift    int32 ``[next_pow2(E)]``: scratch of the record kernel.
+    logits   fp32 ``[S, T, E]``: split-K partial router logits (scratch of ``route``).
+    n_experts, block_m: static.
+    """
+
+    ids: torch.Tensor
+    weights: torch.Tensor
+    entries: torch.Tensor
+    shift: torch.Tensor
+    logits: torch.Tensor
+    n_experts: int
+    block_m: int = 16
+
+    @property
+    def rows(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def top_k(self) -> int:
+        return self.ids.shape[1]
+
+    @property
+    def max_tiles(self) -> int:
+        return self.entries.numel() // self.block_m
+
+
+def max_tiles(rows: int, top_k: int, n_experts: int, block_m: int = 16) -> int:
+    """Worst-case tile count: ``sum_e ceil(c_e / bm) <= (T*k + min(E, T*k) * (bm-1)) // bm``."""
+    n = rows * top_k
+    return (n + min(n_experts, n) * (block_m - 1)) // block_m
+
+
+def alloc_routing(rows: int, top_k: int, n_experts: int, hidden: int, device,
+                  block_m: int = 16) -> Routing:
+    """Empty ``Routing`` buffers for ``rows`` rows (reuse them as ``out=`` under a graph)."""
+    if rows < 1 or rows * top_k > MAX_ENTRIES:
+        _fail("rows", rows, f">= 1 and rows * top_k <= {MAX_ENTRIES}")
+    split = triton.cdiv(hidden, _ROUTER_K_CHUNK)
+    i32 = dict(dtype=torch.int32, device=device)
+    return Routing(
+        ids=torch.empty(rows, top_k, **i32),
+        weights=torch.empty(rows, top_k, dtype=torch.float32, device=device),
+        entries=torch.empty(max_tiles(rows, top_k, n_experts, block_m) * block_m, **i32),
+        shift=torch.empty(_np2(max(n_experts, 16)), **i32),
+        logits=torch.empty(split, rows, n_experts, dtype=torch.float32, device=device),
+        n_experts=n_experts, block_m=block_m)
+
+
+def _launch_record(r: Routing) -> None:
+    n = r.ids.numel()
+    cap = r.entries.numel()
+    K._route_record_kernel[(1,)](
+        r.ids, r.entries, r.shift, n, CAP=cap,
+        NP=_np2(max(n, 16)), E_PAD=r.shift.numel(), BLOCK_M=r.block_m,
+        FILL=min(1024, _np2(cap)), num_warps=8)
+
+
+def _check_out_routing(out: Routing, rows, top_k, n_experts, hidden):
+    want = alloc_routing.__name__ + f"({rows}, {top_k}, {n_experts}, {hidden}, ...)"
+    if (out.rows, out.top_k, out.n_experts) != (rows, top_k, n_experts) or \
+            out.logits.shape[0] != triton.cdiv(hidden, _ROUTER_K_CHUNK):
+        _fail("out", f"Routing(rows={out.rows}, top_k={out.top_k}, E={out.n_experts})", want)
+
+
+def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
+          top_k: int = 6, route_scale: float = 1.5, valid_rows: torch.Tensor | None = None,
+          out: Routing | None = None) -> Routing:
+    """Router front (spec §6.1) and routing record.
+
+    x            bf16 ``[T, D]`` (row stride free, unit column stride).
+    gate_weight  bf16 ``[E, D]`` contiguous; gate_bias fp32 ``[E]`` (selection only).
+    valid_rows   optional int32 ``[1]`` on the device: rows ``>= valid_rows[0]`` are padding
+                 (ids -1, weights 0; the experts then give them only the shared expert).
+    Returns ``Routing``: ``ids`` = the ``top_k`` experts of largest ``sqrt(softplus(W x)) +
+    bias`` (fp32 logits, descending, ties to the lower id), ``weights`` = their unbiased
+    ``sigma / (sum sigma + 1e-20) * route_scale``. ``out``: preallocated ``alloc_routing``.
+    """
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or x.stride(1) != 1:
+        _fail("x", f"{x.dtype} {tuple(x.shape)}", "bf16 [T, D] with unit column stride")
+    t, d = x.shape
+    if gate_weight.dtype != torch.bfloat16 or gate_weight.dim() != 2 or \
+            gate_weight.shape[1] != d or not gate_weight.is_contiguous():
+        _fail("gate_weight", f"{gate_weight.dtype} {tuple(gate_weight.shape)}",
+              f"contiguous bf16 [E, {d}]")
+    e = gate_weight.shape[0]
+    if gate_bias.dtype != torch.float32 or tuple(gate_bias.shape) != (e,):
+        _fail("gate_bias", f"{gate_bias.dtype} {tuple(gate_bias.shape)}", f"fp32 [{e}]")
+    if not 1 <= top_k <= min(e, 16):
+        _fail("top_k", top_k, f"1 <= top_k <= min(E={e}, 16)")
+    if valid_rows is not None and (valid_rows.dtype != torch.int32 or valid_rows.numel() != 1
+                                   or valid_rows.device != x.device):
+        _fail("valid_rows", f"{valid_rows.dtype} {tuple(valid_rows.shape)}",
+              "int32 [1] on the device of x")
+    for name, ten in (("gate_weight", gate_weight), ("gate_bias", gate_bias)):
+        if ten.device != x.device:
+            _fail(name, ten.device, f"the device of x ({x.device})")
+    if out is None:
+        out = alloc_routing(t, top_k, e, d, x.device)
+    _check_out_routing(out, t, top_k, e, d)
+    split = out.logits.shape[0]
+    block_t = min(64, _np2(max(t, 16)))
+    K._router_logits_kernel[(triton.cdiv(e, _ROUTER_BLOCK_E), split, triton.cdiv(t, block_t))](
+        x, gate_weight, out.logits, t, e, d, x.stride(0),
+        BLOCK_T=block_t, BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K,
+        K_CHUNK=_ROUTER_K_CHUNK, num_warps=4)
+    K._router_select_kernel[(triton.cdiv(t, _SELECT_ROWS),)](
+        out.logits, gate_bias, valid_rows if valid_rows is not None else out.ids,
+        out.ids, out.weights, t, e, float(route_scale),
+        SPLIT=split, TOP_K=top_k, BLOCK_T=_SELECT_ROWS, E_PAD=_np2(max(e, 16)),
+        HAS_VALID=valid_rows is not None, num_warps=4)
+    _launch_record(out)
+    return out
+
+
+def build_routing(ids: torch.Tensor, weights: torch.Tensor, n_experts: int, hidden: int = 0,
+                  out: Routing | None = None) -> Routing:
+    """Routing record for given ``ids int32 [T, k]`` (values in ``[0, n_experts)`` or -1; the
+    ids of one row distinct) and ``weights fp32 [T, k]`` (one launch; copies into ``out``)."""
+    if ids.dim() != 2 or ids.dtype != torch.int32:
+        _fail("ids", f"{ids.dtype} {tuple(ids.shape)}", "int32 [T, k]")
+    if weights.dtype != torch.float32 or weights.shape != ids.shape:
+        _fail("weights", f"{weights.dtype} {tuple(weights.shape)}",
+              f"fp32 {tuple(ids.shape)}")
+    t, k = ids.shape
+    if out is None:
+        out = alloc_routing(t, k, n_experts, max(hidden, 1), ids.device)
+    if (out.rows, out.top_k, out.n_experts) != (t, k, n_experts):
+        _fail("out", f"Routing(rows={out.rows}, top_k={out.top_k}, E={out.n_experts})",
+              f"alloc_routing({t}, {k}, {n_experts}, ...)")
+    out.ids.copy_(ids)
+    out.weights.copy_(weights)
+    _launch_record(out)
+    return out
+
+
+# --------------------------------------------------------------------------- experts
+
+
+@dataclass(frozen=True)
+class MoEWorkspace:
+    """Scratch of ``moe_experts`` for ``T`` rows, ``k`` slots: ``h`` bf16 ``[T*k + T, I]``
+    (SwiGLU outputs; the last T rows are the shared expert's), ``part`` fp32
+    ``[T*k + T, D]`` (per-entry W2 outputs, summed in slot order by the combine)."""
+
+    h: torch.Tensor
+    part: torch.Tensor
+
+
+def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device) -> MoEWorkspace:
+    n = rows * top_k + rows
+    return MoEWorkspace(h=torch.empty(n, inter, dtype=torch.bfloat16, device=device),
+                        part=torch.empty(n, hidden, dtype=torch.float32, device=device))
+
+
+def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.Tensor,
+                        w2_scales: torch.Tensor, shared=None):
+    """Load-time step: checks the stacked tensors and returns them contiguous (as a tuple
+    ``(w13, w13_scales, w2, w2_scales, shared)`` for ``moe_experts``).
+
+    No repack is needed: the kernels read the checkpoint layout as is (``dot_scaled`` takes
+    the ``[N, K/2]`` nibble rows, low nibble = even k, and the ``[N, K/32]`` ue8m0 rows; the
+    FP8 shared expert keeps its ``[N, K]`` rows and 32x32 block scales). ``w13`` is the
+    concatenation of W1 (rows 0..I-1) and W3 (rows I..2I-1) per expert, likewise the scales
+    and the shared ``w13``. See ``stack_experts`` for building them from checkpoint tensors.
+    """
+    args = [w13.contiguous(), w13_scales.contiguous(), w2.contiguous(), w2_scales.contiguous()]
+    shared = None if shared is None else tuple(s.contiguous() for s in shared)
+    _check_weights(*args, shared)
+    return (*args, shared)
+
+
+def stack_experts(state: dict, prefix: str, n_experts: int):
+    """Checkpoint tensors of one MoE layer (``{prefix}experts.{e}.w1.weight`` ... and
+    ``{prefix}shared_experts.w1.weight`` ..., spec §2) -> ``prepare_moe_weights`` arguments."""
+    def ex(e, w, what):
+        return state[f"{prefix}experts.{e}.{w}.{what}"]
+
+    w13 = torch.stack([torch.cat((ex(e, "w1", "weight"), ex(e, "w3", "weight")))
+                       for e in range(n_experts)])
+    s13 = torch.stack([torch.cat((ex(e, "w1", "scale"), ex(e, "w3", "scale")))
+                       for e in range(n_experts)])
+    w2 = torch.stack([ex(e, "w2", "weight") for e in range(n_experts)])
+    s2 = torch.stack([ex(e, "w2", "scale") for e in range(n_experts)])
+    sh = f"{prefix}shared_experts."
+    shared = None
+    if f"{sh}w1.weight" in state:
+        shared = (torch.cat((state[f"{sh}w1.weight"], state[f"{sh}w3.weight"])),
+                  torch.cat((state[f"{sh}w1.scale"], state[f"{sh}w3.scale"])),
+                  state[f"{sh}w2.weight"], state[f"{sh}w2.scale"])
+    return prepare_moe_weights(w13, s13, w2, s2, shared)
+
+
+def _check_weights(w13, w13_scales, w2, w2_scales, shared):
+    if w13.dim() != 3 or w13.dtype != torch.uint8:
+        _fail("w13", f"{w13.dtype} {tuple(w13.shape)}", "uint8 [E, 2I, D/2] (packed e2m1)")
+    e, i2, dh = w13.shape
+    d, i = 2 * dh, i2 // 2
+    if i2 % 2 or i % 32 or d % 32:
+        _fail("w13", tuple(w13.shape), "2I and D multiples of 64 and 32 (I % 32 == 0)")
+    if w13_scales.dtype != torch.uint8 or w13_scales.shape[:2] != (e, i2) or \
+            w13_scales.dim() != 3 or d // w13_scales.shape[2] not in (16, 32) or \
+            d % w13_scales.shape[2]:
+        _fail("w13_scales", f"{w13_scales.dtype} {tuple(w13_scales.shape)}",
+              f"uint8 [{e}, {i2}, {d}/b] with b = 32 or 16")
+    block = d // w13_scales.shape[2]
+    if w2.dtype != torch.uint8 or tuple(w2.shape) != (e, d, i // 2):
+        _fail("w2", f"{w2.dtype} {tuple(w2.shape)}", f"uint8 [{e}, {d}, {i // 2}]")
+    if w2_scales.dtype != torch.uint8 or tuple(w2_scales.shape) != (e, d, i // block):
+        _fail("w2_scales", f"{w2_scales.dtype} {tuple(w2_scales.shape)}",
+              f"uint8 [{e}, {d}, {i // block}] (same block as w13_scales)")
+    for name, ten in (("w13", w13), ("w13_scales", w13_scales), ("w2", w2),
+                      ("w2_scales", w2_scales)):
+        if not ten.is_contiguous():
+            _fail(name, "a non-contiguous tensor", "contiguous (use prepare_moe_weights)")
+    if shared is not None:
+        if len(shared) != 4:
+            _fail("shared", f"{len(shared)} tensors", "(w13, w13_scale, w2, w2_scale)")
+        want = ((torch.float8_e4m3fn, (i2, d)), (torch.uint8, (i2 // 32, d // 32)),
+                (torch.float8_e4m3fn, (d, i)), (torch.uint8, (d // 32, i // 32)))
+        names = ("shared[0] (w13)", "shared[1] (w13 scale)", "shared[2] (w2)",
+                 "shared[3] (w2 scale)")
+        for name, ten, (dt, shape) in zip(names, shared, want, strict=True):
+            if ten.dtype != dt or tuple(ten.shape) != shape or not ten.is_contiguous():
+                _fail(name, f"{ten.dtype} {tuple(ten.shape)}", f"contiguous {dt} {list(shape)}")
+    return e, d, i, block
+
+
+def moe_experts(x: torch.Tensor, routing: Routing, w13: torch.Tensor, w13_scales: torch.Tensor,
+                w2: torch.Tensor, w2_scales: torch.Tensor, shared=None,
+                out: torch.Tensor | None = None, workspace: MoEWorkspace | None = None,
+                config: MoEConfig | None = None) -> torch.Tensor:
+    """``out[t] = sum_i weights[t, i] * E_{ids[t, i]}(x[t]) + Shared(x[t])`` (spec §6.2-6.3).
+
+    x           bf16 ``[T, D]``, unit column stride.
+    routing     ``Routing`` of the same T (from ``route`` or ``build_routing``).
+    w13         uint8 ``[E, 2I, D/2]``: MXFP4 W1 (rows 0..I-1) and W3 (rows I..2I-1), two e2m1
+                per byte, low nibble = even input index; w13_scales uint8 ``[E, 2I, D/b]``
+                ue8m0 per ``b`` = 32 (or 16) consecutive inputs of a row.
+    w2          uint8 ``[E, D, I/2]``; w2_scales uint8 ``[E, D, I/b]``.
+    shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
+                scale uint8 [D/32, I/32])`` with one ue8m0 per 32x32 block.
+    Expert math: ``g, u = W1 x, W3 x`` (fp32 accumulate of bf16 x and the exactly dequantised
+    weights), ``h = silu(min(g, 10)) * clamp(u, -10, 10)`` rounded to bf16, ``W2 h`` in fp32;
+    the combine sums the k slots in order in fp32, then the shared expert, and rounds to bf16.
+    out         optional bf16 ``[T, D]`` (unit column stride); workspace optional
+                ``alloc_moe_workspace``; config optional ``MoEConfig`` (``pick_config``).
+    """
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or x.stride(1) != 1:
+        _fail("x", f"{x.dtype} {tuple(x.shape)}", "bf16 [T, D] with unit column stride")
+    t = x.shape[0]
+    n_exp, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
+    if x.shape[1] != d:
+        _fail("x", tuple(x.shape), f"[T, {d}] (D of the weights)")
+    if routing.rows != t or routing.n_experts != n_exp:
+        _fail("routing", f"rows={routing.rows}, E={routing.n_experts}", f"rows={t}, E={n_exp}")
+    for name, ten in (("w13", w13), ("w2", w2), ("routing", routing.ids)):
+        if ten.device != x.device:
+            _fail(name, ten.device, f"the device of x ({x.device})")
+    if out is None:
+        out = torch.empty(t, d, dtype=torch.bfloat16, device=x.device)
+    elif out.dtype != torch.bfloat16 or tuple(out.shape) != (t, d) or out.stride(1) != 1:
+        _fail("out", f"{out.dtype} {tuple(out.shape)}", f"bf16 [{t}, {d}], unit column stride")
+    k = routing.top_k
+    if workspace is None:
+        workspace = alloc_moe_workspace(t, k, d, inter, x.device)
+    elif tuple(workspace.h.shape) != (t * k + t, inter) or \
+            tuple(workspace.part.shape) != (t * k + t, d):
+        _fail("workspace", f"h {tuple(workspace.h.shape)}", f"alloc_moe_workspace({t}, {k}, ...)")
+    cfg = config or pick_config(t, block, x.is_cuda)
+    if cfg.block_m != routing.block_m:
+        _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
+    if cfg.mx_native and block != 32:
+        _fail("config.mx_native", True, "scale block 32 (dot_scaled); this checkpoint has 16")
+    n_entries = t * k
+    tiles = routing.max_tiles
+    m_tiles = tiles + (triton.cdiv(t, cfg.block_m) if shared is not None else 0)
+    sw13, ss13, sw2, ss2 = shared if shared is not None else (w13, w13_scales, w2, w2_scales)
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    K._moe_up_kernel[(m_tiles, triton.cdiv(inter, cfg.up_n))](
+        x, routing.entries, routing.ids, w13, w13_scales, sw13, ss13, workspace.h,
+        t, x.stride(0), n_entries, tiles, D=d, I=inter,
+        TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n, BLOCK_K=cfg.up_k,
+        MX_NATIVE=cfg.mx_native, **launch)
+    K._moe_down_kernel[(m_tiles, triton.cdiv(d, cfg.down_n))](
+        workspace.h, routing.entries, routing.ids, w2, w2_scales, sw2, ss2, workspace.part,
+        t, n_entries, tiles, D=d, I=inter,
+        SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n, BLOCK_K=cfg.down_k,
+        MX_NATIVE=cfg.mx_native, **launch)
+    K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
+        workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
+        TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
+    return out

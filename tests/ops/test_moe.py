@@ -1,0 +1,347 @@
+"""MoE op (dsv4_decode.ops.moe) against its PyTorch twin.
+
+CPU: the Triton kernels under the interpreter at small shapes (explicit-dequant path).
+GPU (``-m gpu``): production shapes (D 5120, I 576 / 2304, 384 experts top-6, 128 top-3),
+both MXFP4 paths (``dot_scaled`` and explicit dequant), CUDA-graph replays.
+
+Tolerance (earned): the kernel rounds the SwiGLU output ``h`` to bf16 before W2 (relative
+error <= 2^-9 per element, random in sign) and the output to bf16 (2^-9 relative); the fp32
+reference does neither. So the error is a few bf16 ulps of the output scale: we allow
+``max|y - ref| <= 2^-6 * max|ref|`` and RMS error <= 2^-8 * RMS(ref), far below what a wrong
+expert, weight, nibble order or scale would give (O(1) relative).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from dsv4_decode.formats import quant_fp8_weight, quant_mxfp4_weight
+from dsv4_decode.ops.moe import (
+    MoEConfig,
+    alloc_moe_workspace,
+    alloc_routing,
+    build_routing,
+    moe_experts,
+    moe_experts_ref,
+    route,
+    route_ref,
+)
+from dsv4_decode.ops.moe.api import max_tiles
+
+# --------------------------------------------------------------------------- helpers
+
+
+def make_experts(n_exp, d, inter, device, gen, block=32, shared=True, quantizer=True):
+    """Random expert weights in the checkpoint formats. ``quantizer``: quantise Gaussian
+    weights with formats.py (small shapes); else random nibbles and scales (fast at scale)."""
+    if quantizer:
+        w13, s13, w2, s2 = [], [], [], []
+        for _ in range(n_exp):
+            a, b = quant_mxfp4_weight(torch.randn(2 * inter, d, generator=gen) * 0.05, block)
+            w13.append(a), s13.append(b)
+            a, b = quant_mxfp4_weight(torch.randn(d, inter, generator=gen) * 0.05, block)
+            w2.append(a), s2.append(b)
+        tensors = [torch.stack(v).to(device) for v in (w13, s13, w2, s2)]
+    else:
+        def rbytes(*shape, lo=0, hi=256):
+            return torch.randint(lo, hi, shape, generator=gen, dtype=torch.uint8).to(device)
+        tensors = [rbytes(n_exp, 2 * inter, d // 2), rbytes(n_exp, 2 * inter, d // block,
+                                                            lo=118, hi=123),
+                   rbytes(n_exp, d, inter // 2), rbytes(n_exp, d, inter // block, lo=118, hi=123)]
+    sh = None
+    if shared:
+        a = quant_fp8_weight(torch.randn(2 * inter, d, generator=gen) * 0.05)
+        b = quant_fp8_weight(torch.randn(d, inter, generator=gen) * 0.05)
+        sh = tuple(v.to(device) for v in (*a, *b))
+    return (*tensors, sh)
+
+
+def make_router(n_exp, d, device, gen):
+    w = (torch.randn(n_exp, d, generator=gen) * d**-0.5).to(torch.bfloat16)
+    b = torch.randn(n_exp, generator=gen) * 0.1
+    return w.to(device), b.to(device)
+
+
+def check_close(y, ref):
+    assert not torch.isnan(y).any(), "NaN (or an unwritten poisoned element) in the output"
+    y, ref = y.float(), ref.float()
+    err = (y - ref).abs().max().item()
+    scale = ref.abs().max().item()
+    assert err <= 2**-6 * scale, f"max error {err} vs output scale {scale}"
+    rms = (y - ref).pow(2).mean().sqrt().item()
+    assert rms <= 2**-8 * ref.pow(2).mean().sqrt().item(), f"RMS error {rms}"
+
+
+def run_experts(x, routing, weights, config=None):
+    out = torch.full(x.shape, float("nan"), dtype=torch.bfloat16, device=x.device)
+    return moe_experts(x, routing, *weights, out=out, config=config)
+
+
+def ref_experts(x, routing, weights):
+    return moe_experts_ref(x, routing.ids, routing.weights, *weights)
+
+
+def distinct_ids(rows, k, n_exp, gen):
+    """Every row a different expert set (needs rows * k <= n_exp)."""
+    perm = torch.randperm(n_exp, generator=gen)[: rows * k]
+    return perm.reshape(rows, k).to(torch.int32)
+
+
+def same_ids(rows, k, n_exp, gen):
+    return torch.randperm(n_exp, generator=gen)[:k].to(torch.int32).expand(rows, k).contiguous()
+
+
+def random_ids(rows, k, n_exp, gen):
+    return torch.stack([torch.randperm(n_exp, generator=gen)[:k] for _ in range(rows)]).to(
+        torch.int32)
+
+
+def rand_weights(rows, k, gen):
+    return torch.rand(rows, k, generator=gen) + 0.1
+
+
+# --------------------------------------------------------------------------- CPU: router
+
+
+@pytest.mark.parametrize("rows,n_exp,top_k", [(1, 16, 3), (7, 24, 4)])
+def test_route_matches_ref(device, rows, n_exp, top_k):
+    gen = torch.Generator().manual_seed(rows)
+    d = 256
+    x = torch.randn(rows, d, generator=gen).to(torch.bfloat16).to(device)
+    gw, gb = make_router(n_exp, d, device, gen)
+    r = route(x, gw, gb, top_k=top_k, route_scale=1.5)
+    ids, w = route_ref(x, gw, gb, top_k=top_k, route_scale=1.5)
+    assert torch.equal(r.ids, ids)
+    torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
+    check_record(r)
+
+
+def test_route_ties_and_padding(device):
+    """Equal scores pick the lowest ids; rows past valid_rows are padding (-1, weight 0)."""
+    d, n_exp = 64, 16
+    x = torch.randn(3, d).to(torch.bfloat16).to(device)
+    gw = torch.zeros(n_exp, d, dtype=torch.bfloat16, device=device)
+    gb = torch.zeros(n_exp, device=device)
+    gb[[9, 11]] = 1.0  # two clear winners, the rest tie
+    valid = torch.tensor([2], dtype=torch.int32, device=device)
+    r = route(x, gw, gb, top_k=4, valid_rows=valid)
+    assert r.ids[:2].tolist() == [[9, 11, 0, 1]] * 2
+    assert r.ids[2].tolist() == [-1] * 4 and r.weights[2].abs().sum().item() == 0
+    torch.testing.assert_close(r.weights[:2].sum(-1).cpu(), torch.full((2,), 1.5))
+    check_record(r)
+
+
+def check_record(r):
+    """entries: expert groups in ascending id, entry order inside, padded to block_m."""
+    ids = r.ids.cpu().flatten()
+    want = []
+    for e in sorted(set(ids[ids >= 0].tolist())):
+        group = torch.nonzero(ids == e).flatten().tolist()
+        want += group + [-1] * (-len(group) % r.block_m)
+    want += [-1] * (r.entries.numel() - len(want))
+    assert r.entries.cpu().tolist() == want
+
+
+def test_build_routing_record(device):
+    gen = torch.Generator().manual_seed(3)
+    ids = random_ids(9, 3, 8, gen)
+    ids[4] = -1
+    r = build_routing(ids.to(device), rand_weights(9, 3, gen).to(device), 8)
+    assert r.max_tiles == max_tiles(9, 3, 8) == 9
+    check_record(r)
+
+
+# --------------------------------------------------------------------------- CPU: experts
+
+D, I, E = 128, 64, 8
+
+
+@pytest.fixture(scope="module")
+def cpu_experts():
+    return make_experts(E, D, I, "cpu", torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("case", ["random", "same", "distinct", "padding"])
+def test_experts_match_ref(device, cpu_experts, case):
+    gen = torch.Generator().manual_seed(len(case))
+    rows, k = 4, 2
+    ids = {"random": random_ids, "same": same_ids, "distinct": distinct_ids,
+           "padding": random_ids}[case](rows, k, E, gen)
+    w = rand_weights(rows, k, gen)
+    if case == "padding":
+        ids[1:3], w[1:3] = -1, 0.0
+    x = torch.randn(rows, D, generator=gen).to(torch.bfloat16).to(device)
+    weights = tuple(t.to(device) if torch.is_tensor(t) else t for t in cpu_experts[:4]) + (
+        tuple(t.to(device) for t in cpu_experts[4]),)
+    r = build_routing(ids.to(device), w.to(device), E)
+    y = run_experts(x, r, weights)
+    check_close(y, ref_experts(x, r, weights))
+
+
+def test_experts_block16_no_shared_extreme(device):
+    """Scale block 16, no shared expert, activations large enough to engage the clamp."""
+    gen = torch.Generator().manual_seed(5)
+    weights = make_experts(4, 64, 32, device, gen, block=16, shared=False)
+    ids = random_ids(3, 2, 4, gen)
+    x = (torch.randn(3, 64, generator=gen) * 300).to(torch.bfloat16).to(device)
+    r = build_routing(ids.to(device), rand_weights(3, 2, gen).to(device), 4)
+    y = run_experts(x, r, weights)
+    ref = ref_experts(x, r, weights)
+    check_close(y, ref)
+    # the clamp is engaged: |g|, |u| beyond 10 somewhere
+    from dsv4_decode.ops.moe.ref import dequant_routed
+    w13_f, _ = dequant_routed(*weights[:4], int(ids[0, 0]))
+    assert (x[:1].float() @ w13_f.t()).abs().max() > 10
+
+
+def test_deterministic_and_workspace(device, cpu_experts):
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(3, D, generator=gen).to(torch.bfloat16).to(device)
+    weights = tuple(t.to(device) for t in cpu_experts[:4]) + (
+        tuple(t.to(device) for t in cpu_experts[4]),)
+    gw, gb = make_router(E, D, device, gen)
+    r = alloc_routing(3, 2, E, D, device)
+    ws = alloc_moe_workspace(3, 2, D, I, device)
+    out = torch.empty(3, D, dtype=torch.bfloat16, device=device)
+    route(x, gw, gb, top_k=2, out=r)
+    a = moe_experts(x, r, *weights, out=out, workspace=ws).clone()
+    b = moe_experts(x, route(x, gw, gb, top_k=2), *weights)
+    assert torch.equal(a, b)
+
+
+def test_bad_arguments(device, cpu_experts):
+    weights = tuple(t.to(device) for t in cpu_experts[:4]) + (None,)
+    x = torch.randn(2, D).to(torch.bfloat16).to(device)
+    r = build_routing(torch.zeros(2, 1, dtype=torch.int32, device=device),
+                      torch.ones(2, 1, device=device), E)
+    with pytest.raises(ValueError, match="x"):
+        moe_experts(x.float(), r, *weights)
+    with pytest.raises(ValueError, match="w2_scales"):
+        moe_experts(x, r, *weights[:3], weights[3][:, :, :1], None)
+    with pytest.raises(ValueError, match="routing"):
+        moe_experts(x[:1], r, *weights)
+    with pytest.raises(ValueError, match="top_k"):
+        route(x, torch.zeros(4, D, dtype=torch.bfloat16, device=device),
+              torch.zeros(4, device=device), top_k=5)
+    w16 = make_experts(2, 64, 32, device, torch.Generator().manual_seed(1), block=16,
+                       shared=False)
+    r16 = build_routing(torch.zeros(1, 1, dtype=torch.int32, device=device),
+                        torch.ones(1, 1, device=device), 2)
+    with pytest.raises(ValueError, match="mx_native"):
+        moe_experts(x[:1, :64], r16, *w16, config=MoEConfig(mx_native=True))
+
+
+# --------------------------------------------------------------------------- GPU: production
+
+PROD = {"tp4": (5120, 576), "tp1": (5120, 2304)}
+
+
+@pytest.fixture(scope="module")
+def gpu_bank():
+    """384 experts at the TP=4 rank shapes (random nibbles and scales) + router, cached."""
+    gen = torch.Generator().manual_seed(1)
+    d, inter = PROD["tp4"]
+    experts = make_experts(384, d, inter, "cuda", gen, quantizer=False)
+    return experts, make_router(384, d, "cuda", gen)
+
+
+def _configs():
+    from dsv4_decode.ops.moe.config import pick_config
+    base = pick_config(1, 32, True)
+    return {"native": base, "dequant": dataclasses.replace(base, mx_native=False)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["native", "dequant"])
+@pytest.mark.parametrize("rows", [1, 6, 12, 48, 96, 192])
+def test_gpu_route_and_experts(gpu_bank, rows, path):
+    experts, (gw, gb) = gpu_bank
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda()
+    r = route(x, gw, gb, top_k=6)
+    ids, w = route_ref(x, gw, gb, top_k=6)
+    assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
+    torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
+    check_record(r)
+    y = run_experts(x, r, experts, config=_configs()[path])
+    check_close(y, ref_experts(x, r, experts))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["same", "distinct", "padding", "extreme"])
+def test_gpu_cases(gpu_bank, case):
+    experts, _ = gpu_bank
+    gen = torch.Generator().manual_seed(7)
+    rows = 64 if case != "distinct" else 48  # distinct: 48 * 6 = 288 <= 384 experts
+    ids = (same_ids if case == "same" else distinct_ids if case == "distinct" else random_ids)(
+        rows, 6, 384, gen)
+    w = rand_weights(rows, 6, gen)
+    if case == "padding":
+        ids[40:], w[40:] = -1, 0.0
+    x = torch.randn(rows, 5120, generator=gen) * (200 if case == "extreme" else 1)
+    x = x.to(torch.bfloat16).cuda()
+    r = build_routing(ids.cuda(), w.cuda(), 384)
+    check_close(run_experts(x, r, experts), ref_experts(x, r, experts))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ["tp1", "dspark"])
+def test_gpu_other_shapes(shape):
+    gen = torch.Generator().manual_seed(11)
+    d, inter = PROD["tp1"] if shape == "tp1" else PROD["tp4"]
+    n_exp, k = (16, 6) if shape == "tp1" else (128, 3)
+    experts = make_experts(n_exp, d, inter, "cuda", gen, quantizer=False)
+    gw, gb = make_router(n_exp, d, "cuda", gen)
+    for rows in (1, 6, 48):
+        x = torch.randn(rows, d, generator=gen).to(torch.bfloat16).cuda()
+        r = route(x, gw, gb, top_k=k)
+        ids, _ = route_ref(x, gw, gb, top_k=k)
+        assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
+        check_close(run_experts(x, r, experts), ref_experts(x, r, experts))
+
+
+@pytest.mark.gpu
+def test_gpu_block16():
+    gen = torch.Generator().manual_seed(12)
+    experts = make_experts(32, 5120, 576, "cuda", gen, block=16, quantizer=False)
+    ids = random_ids(12, 6, 32, gen)
+    x = torch.randn(12, 5120, generator=gen).to(torch.bfloat16).cuda()
+    r = build_routing(ids.cuda(), rand_weights(12, 6, gen).cuda(), 32)
+    check_close(run_experts(x, r, experts), ref_experts(x, r, experts))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 48])
+def test_gpu_graph_replays_bitwise(gpu_bank, rows):
+    """Capture route + experts once; 500 replays alternating two inputs equal eager bitwise."""
+    experts, (gw, gb) = gpu_bank
+    gen = torch.Generator().manual_seed(13)
+    inputs = [torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda() for _ in range(2)]
+    eager = [moe_experts(v, route(v, gw, gb), *experts) for v in inputs]
+    x = inputs[0].clone()
+    r = alloc_routing(rows, 6, 384, 5120, "cuda")
+    ws = alloc_moe_workspace(rows, 6, 5120, 576, "cuda")
+    out = torch.empty(rows, 5120, dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        route(x, gw, gb, out=r)
+        moe_experts(x, r, *experts, out=out, workspace=ws)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    for i in range(500):
+        x.copy_(inputs[i % 2])
+        g.replay()
+        if i < 4 or i >= 496:
+            torch.cuda.synchronize()
+            assert torch.equal(out, eager[i % 2]), f"replay {i} differs from eager"
+    torch.cuda.synchronize()
