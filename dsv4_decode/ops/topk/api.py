@@ -1,0 +1,156 @@
+"""Public contract of the exact decode top-k: validate -> allocate -> pick config -> launch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import TopkConfig
+
+MAX_COLS = 1 << 20
+MAX_K = 2048
+
+
+@dataclass(frozen=True)
+class TopkWorkspace:
+    """Device scratch of one (rows, k, block) shape; reuse it across calls and graph replays.
+
+    Every call overwrites what it reads, so no zeroing is needed between calls.
+    - ``gmax`` int32 [rows, cfg.groups]: group maxima (rank keys) of the row;
+    - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
+    - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
+    - ``cbuf`` int64 [rows, cfg.cap]: candidates as ``key1 << 20 | (2**20 - 1 - index)``.
+    """
+
+    cfg: TopkConfig
+    gmax: torch.Tensor
+    thr: torch.Tensor
+    cnt: torch.Tensor
+    cbuf: torch.Tensor
+
+    @property
+    def rows(self) -> int:
+        return self.thr.shape[0]
+
+
+def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorkspace:
+    """Allocate the scratch for ``rows`` rows, ``k`` selected elements, ``block`` (1 = plain)."""
+    cfg = TopkConfig.pick(k, block)
+    device = torch.device(device)
+    return TopkWorkspace(
+        cfg=cfg,
+        gmax=torch.empty(rows, cfg.groups, dtype=torch.int32, device=device),
+        thr=torch.empty(rows, dtype=torch.int32, device=device),
+        cnt=torch.empty(rows, dtype=torch.int32, device=device),
+        cbuf=torch.empty(rows, cfg.cap, dtype=torch.int64, device=device),
+    )
+
+
+def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
+    if not isinstance(logits, torch.Tensor) or logits.dtype != torch.bfloat16:
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits: got {got}, need a torch.bfloat16 tensor")
+    if logits.dim() != 2:
+        raise ValueError(f"logits: got rank {logits.dim()}, need [rows, cols]")
+    rows, cols = logits.shape
+    if not 1 <= cols <= MAX_COLS:
+        raise ValueError(f"logits: got {cols} columns, need 1..{MAX_COLS}")
+    if logits.stride(1) != 1 or (rows > 1 and logits.stride(0) % 8 != 0):
+        raise ValueError(f"logits: got strides {tuple(logits.stride())}, need contiguous rows "
+                         "(column stride 1) and a row stride that is a multiple of 8 elements")
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int32:
+        got = lengths.dtype if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise ValueError(f"lengths: got {got}, need a torch.int32 tensor")
+    if tuple(lengths.shape) != (rows,) or not lengths.is_contiguous():
+        raise ValueError(f"lengths: got shape {tuple(lengths.shape)}, need contiguous [{rows}]")
+    if lengths.device != logits.device:
+        raise ValueError(f"lengths: got device {lengths.device}, need {logits.device} "
+                         "(the lengths stay on the device; no host copy)")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise ValueError(f"{k_name}: got {k!r}, need an int in 1..{MAX_K}")
+    if block not in (1, 2, 4, 8, 16, 32, 64):
+        raise ValueError(f"block: got {block!r}, need a power of two in 1..64")
+    if out is not None:
+        if (not isinstance(out, torch.Tensor) or out.dtype != torch.int32
+                or tuple(out.shape) != (rows, k) or out.stride(1) != 1
+                or out.device != logits.device):
+            desc = (f"{out.dtype} {tuple(out.shape)} strides {tuple(out.stride())} on {out.device}"
+                    if isinstance(out, torch.Tensor) else type(out).__name__)
+            raise ValueError(f"out: got {desc}, need int32 [{rows}, {k}] with contiguous rows "
+                             f"on {logits.device}")
+    if workspace is not None:
+        cfg = TopkConfig.pick(k, block)
+        if (not isinstance(workspace, TopkWorkspace) or workspace.cfg != cfg
+                or workspace.rows < rows or workspace.gmax.device != logits.device):
+            raise ValueError(f"workspace: does not fit rows={rows}, {k_name}={k}, block={block} "
+                             f"on {logits.device}; need make_topk_workspace(rows, k, device, "
+                             "block)")
+
+
+def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
+    from . import _triton  # deferred: importing triton is not needed for the twin
+
+    rows = logits.shape[0]
+    if out is None:
+        out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
+    if rows == 0:
+        return out
+    if workspace is None:
+        workspace = make_topk_workspace(rows, k, logits.device, block)
+    _triton.launch(logits.view(torch.int16), lengths, out, workspace, workspace.cfg, k)
+    return out
+
+
+def decode_topk(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
+                out: torch.Tensor | None = None,
+                workspace: TopkWorkspace | None = None) -> torch.Tensor:
+    """Exact top-k column indices of each row of BF16 logits (the indexer's selection).
+
+    Args:
+        logits: bf16 [rows, cols], 1 <= cols <= 1,048,576; columns contiguous, row stride a
+            multiple of 8 elements.
+        lengths: int32 [rows] on the same device: columns ``>= lengths[r]`` of row r are not
+            candidates. 0 is allowed; values are clamped to [0, cols] in the kernel.
+        k: 1..2048 (512 and 2048 in production).
+        out: optional int32 [rows, k] (contiguous rows) written in place and returned.
+        workspace: optional scratch from ``make_topk_workspace(rows, k, device)``.
+
+    Returns:
+        int32 [rows, k]: for each row the set of the k largest candidates under the order
+        NaN > +inf > finite > -inf (-0.0 == +0.0), ties broken towards the lower column, so every
+        tensor-parallel rank selects the same set. The order inside a row is unspecified by the
+        contract; this implementation returns largest first, equal values by ascending column
+        (the order of ``ref.decode_topk_ref``). Rows with fewer than k candidates list all of
+        them, then ``-1`` to the end.
+
+    Graph safety: lengths are only read on the device; no host synchronisation. With ``out``
+    and ``workspace`` given nothing is allocated, so the call can be captured in a CUDA graph
+    and replayed with new logits and lengths (in the same tensors). Four kernel launches.
+
+    Raises:
+        ValueError: naming the argument, for a wrong dtype, rank, stride, device, k out of range,
+            or an ``out`` / ``workspace`` of the wrong shape.
+    """
+    _check(logits, lengths, k, 1, out, workspace, "k")
+    return _run(logits, lengths, k, 1, out, workspace)
+
+
+def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: int = 2048,
+                       block: int = 8, *, out: torch.Tensor | None = None,
+                       workspace: TopkWorkspace | None = None) -> torch.Tensor:
+    """Level-1 candidate blocks of the two-level indexer (spec §5.4): top blocks by maximum.
+
+    Block b covers columns ``[b*block, (b+1)*block)``; its value is the maximum over its valid
+    columns (those ``< lengths[r]``). Blocks whose maximum is -inf, or with no valid column, are
+    not candidates; the block holding column ``lengths[r] - 1`` is pinned (ranks above every
+    value, NaN included). Returns int32 [rows, n_blocks] block indices: the n_blocks largest
+    candidate blocks under the order of ``decode_topk`` (ties towards the lower block index),
+    largest first, ``-1`` filling the tail.
+
+    Args: as ``decode_topk``, with ``n_blocks`` in 1..2048 in place of k and ``block`` a power
+    of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,
+    device, block)``. Same graph safety and errors.
+    """
+    _check(logits, lengths, n_blocks, block, out, workspace, "n_blocks")
+    return _run(logits, lengths, n_blocks, block, out, workspace)

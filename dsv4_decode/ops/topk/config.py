@@ -1,0 +1,54 @@
+"""Launch configuration of ``decode_topk``: one frozen dataclass and the rule that picks it.
+
+Vocabulary: an *element* is what is ranked: a column (plain mode, ``block = 1``) or a block of
+``block`` columns (block mode). ``k`` is the number of elements returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class TopkConfig:
+    """Static sizes of the four kernels (all powers of two).
+
+    - ``chunk``: elements per program of the two row-wide passes (``chunk * block`` columns);
+    - ``lmax``: log2(chunk), the coarsest group level (one group per chunk);
+    - ``target``: the group-maxima pass picks the level with ``target <= groups < 2 * target``
+      valid groups (``target = 2k``: the k-th largest of >= 2k group maxima keeps ~1.2-1.4k
+      candidates on random data);
+    - ``groups``: workspace slots per row for the group maxima (bounds every level's count);
+    - ``small`` / ``cap``: candidate-tile sizes the final sort uses; more than ``cap``
+      candidates takes the exact single-CTA fallback.
+    """
+
+    k: int
+    block: int
+    chunk: int
+    lmax: int
+    target: int
+    groups: int
+    small: int
+    cap: int
+
+    @staticmethod
+    def pick(k: int, block: int = 1) -> TopkConfig:
+        chunk = max(2048 // block, 64)  # 4 KB of bf16 per program: enough CTAs at 1 row
+        target = 2 * k
+        small = max(_pow2_at_least(2 * k), 128)
+        return TopkConfig(
+            k=k,
+            block=block,
+            chunk=chunk,
+            lmax=chunk.bit_length() - 1,
+            target=target,
+            # a level below lmax has < 2 * target + chunk groups; lmax has <= 2**20 / 2048
+            groups=max(_pow2_at_least(2 * target + chunk), 512),
+            small=small,
+            cap=min(4 * small, 8192),
+        )
