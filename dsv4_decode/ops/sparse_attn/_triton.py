@@ -81,7 +81,7 @@ def _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr
     den = l * alpha
     if HAS_SINK:
         den += tl.exp2(sink - m_use)
-    w = tl.where(den > 0, alpha / den, 0.0)
+    w = tl.where(den > 0, alpha / tl.where(den > 0, den, 1.0), 0.0)
     o = acc * w[:, None]
     # inverse RoPE: rotate pairs (2i, 2i+1) by -pos*f; pairs before the rope slice get cos 1, sin 0
     a, b = tl.split(tl.reshape(o, (BLOCK_H, D // 2, 2)))
@@ -233,8 +233,9 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         softmax_scale * LOG2E,
         WINDOW=window, W_PAD=w_pad, D=d, R2=cos.shape[1],
         PAGE=compressed.shape[1] if has_sel else 1, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-        SPLIT_STEPS=cfg.split_cols // cfg.block_n, N_SPLIT=cfg.n_split, HAS_SEL=has_sel, HAS_SINK=sinks is not None,
-        FUSED_MERGE=cfg.fused_merge, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        SPLIT_STEPS=cfg.split_cols // cfg.block_n, N_SPLIT=cfg.n_split, HAS_SEL=has_sel,
+        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     if cfg.n_split > 1 and not cfg.fused_merge:
         _merge_kernel[(n_hb, t)](

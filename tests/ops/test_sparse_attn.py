@@ -1,0 +1,292 @@
+"""sparse_attn against its fp32 twin, with tolerances earned from PyTorch's own bf16 math.
+
+CPU (interpreter): small head dims (32/64) plus one production-dim case; GPU: production shapes
+(D 512, rope 64, window 128, 512 selected), heads 8/16/32/64, 1-32 requests x q_len 1/6, and
+CUDA-graph replay with new indices and positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from dsv4_decode import formats
+from dsv4_decode.engine import cache as C
+from dsv4_decode.ops.sparse_attn import (
+    SparseAttnConfig,
+    make_workspace,
+    rope_tables,
+    sparse_attn,
+    sparse_attn_ref,
+)
+from dsv4_decode.ops.sparse_attn.config import padded_window
+
+
+@dataclass
+class Case:
+    requests: int
+    q_len: int
+    heads: int
+    n_sel: int  # index-list width (0: ratio-0 layer)
+    head_dim: int = 32
+    rope_dim: int = 8
+    window: int = 8
+    sinks: bool = True
+    spread: bool = True  # requests at very different positions
+    page_size: int = 4
+    seed: int = 0
+
+    @property
+    def id(self) -> str:
+        return (f"B{self.requests}xq{self.q_len}-H{self.heads}-K{self.n_sel}-D{self.head_dim}"
+                f"-W{self.window}-{'sink' if self.sinks else 'nosink'}")
+
+
+class Inputs:
+    """Random caches written through engine/cache.py, rows at consecutive positions per request,
+    index lists with -1, out-of-range and unallocated-page entries."""
+
+    def __init__(self, c: Case, device):
+        g = torch.Generator().manual_seed(c.seed)
+        d, w = c.head_dim, c.window
+        self.case = c
+        ring = C.default_ring(w, c.q_len)
+        n_slots = c.requests + 2  # unused slots stay poisoned
+        base = [3 + 5 * i for i in range(c.requests)]  # partly filled windows
+        if c.spread:
+            base = [[2, 900, 70000, 40][i % 4] + 37 * (i // 4) for i in range(c.requests)]
+        max_pos = max(base) + c.q_len
+        # Entries visible to the last row of each request (ratio 1 for simplicity).
+        n_entries = [b + c.q_len for b in base]
+        max_pages = -(-max(n_entries) // c.page_size) + 1
+        n_pages = c.requests * max_pages + 3
+        # Poison: bytes that decode to NaN (e4m3 0x7F) wherever nothing valid was written.
+        self.window_cache = torch.full((n_slots, ring, C.window_record_bytes(d)), 0x7F,
+                                       dtype=torch.uint8)
+        self.compressed = torch.full((n_pages, c.page_size, C.compressed_record_bytes(d)), 0x7F,
+                                     dtype=torch.uint8)
+        self.block_table = torch.full((n_slots, max_pages), -1, dtype=torch.int32)
+        alloc = C.PageAllocator(self.block_table, n_pages, c.page_size)
+        slots = torch.randperm(n_slots, generator=g)[: c.requests]
+        pos, row_slots = [], []
+        for r in range(c.requests):
+            s, b = int(slots[r]), base[r]
+            p_last = b + c.q_len - 1
+            first = max(0, p_last - ring + 1)
+            kp = torch.arange(first, p_last + 1, dtype=torch.int32)
+            C.write_window(self.window_cache, torch.full_like(kp, s), kp,
+                           torch.randn(len(kp), d, generator=g))
+            alloc.reserve(s, n_entries[r])
+            ent = torch.arange(n_entries[r], dtype=torch.int32)
+            C.write_compressed(self.compressed, self.block_table, torch.full_like(ent, s), ent,
+                               torch.randn(len(ent), d, generator=g) * 2)
+            pos += list(range(b, b + c.q_len))
+            row_slots += [s] * c.q_len
+        t = len(pos)
+        self.positions = torch.tensor(pos, dtype=torch.int32)
+        self.row_slots = torch.tensor(row_slots, dtype=torch.int32)
+        self.q = torch.randn(t, c.heads, d, generator=g).to(torch.bfloat16)
+        self.sinks = torch.randn(c.heads, generator=g) if c.sinks else None
+        freqs = 10000.0 ** (-torch.arange(0, c.rope_dim, 2, dtype=torch.float32) / c.rope_dim)
+        self.cos, self.sin = rope_tables(freqs, max_pos + 1)
+        self.indices = None
+        if c.n_sel:
+            vis = torch.tensor([n_entries[i // c.q_len] for i in range(t)])
+            idx = (torch.rand(t, c.n_sel, generator=g) * vis[:, None]).long().int()
+            noise = torch.rand(t, c.n_sel, generator=g)
+            idx[noise < 0.15] = -1
+            idx[noise > 0.95] = max_pages * c.page_size + 7  # past the block table
+            # An entry on an allocated slot's unallocated page (page id -1): masked.
+            idx[:, -1] = (max_pages - 1) * c.page_size
+            self.indices = idx
+        for name in ("window_cache", "compressed", "block_table", "positions", "row_slots",
+                     "q", "sinks", "cos", "sin", "indices"):
+            v = getattr(self, name)
+            if v is not None:
+                setattr(self, name, v.to(device))
+
+    def kwargs(self):
+        sel = self.indices is not None
+        return dict(window=self.case.window, sinks=self.sinks,
+                    compressed=self.compressed if sel else None,
+                    block_table=self.block_table if sel else None, indices=self.indices)
+
+    def args(self):
+        return self.q, self.window_cache, self.positions, self.row_slots, self.cos, self.sin
+
+
+def check(inp: Inputs, **kw) -> torch.Tensor:
+    out = torch.full_like(inp.q, float("nan"))  # poison: every element must be written
+    got = sparse_attn(*inp.args(), **inp.kwargs(), out=out, **kw)
+    assert got is out
+    ref = sparse_attn_ref(*inp.args(), **inp.kwargs()).float()
+    ref16 = sparse_attn_ref(*inp.args(), **inp.kwargs(), compute_dtype=torch.bfloat16).float()
+    assert not torch.isnan(ref).any()
+    assert not torch.isnan(got).any(), "NaN: unwritten output or a masked record was read"
+    err = (got.float() - ref).abs().max().item()
+    torch_err = (ref16 - ref).abs().max().item()
+    bound = max(2 * torch_err, 2**-7 * ref.abs().max().item(), 1e-6)
+    assert err <= bound, f"max error {err:.3g} > bound {bound:.3g} (torch bf16: {torch_err:.3g})"
+    return got
+
+
+CPU_CASES = [
+    Case(3, 1, 4, 0),  # ratio-0 layer, tiny model heads
+    Case(2, 6, 16, 20, sinks=False),
+    Case(2, 6, 8, 36),
+    Case(1, 3, 32, 16, head_dim=64, rope_dim=16, window=16),
+    Case(4, 1, 64, 5, spread=False),  # windows not yet full (p < window - 1)
+]
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.id)
+def test_matches_reference(case, device):
+    check(Inputs(case, device))
+
+
+@pytest.mark.parametrize("variant", ["single_split", "split_fused", "split_kernel"])
+def test_split_and_merge_variants(variant, device):
+    inp = Inputs(Case(2, 2, 16, 40, window=16, seed=1), device)
+    w_pad = padded_window(16, 16)
+    n_cols = w_pad + 40
+    if variant == "single_split":
+        cfg = SparseAttnConfig(16, 16, -(-n_cols // 16) * 16, 1, num_warps=4)
+    else:
+        cfg = SparseAttnConfig(16, 16, 32, -(-n_cols // 32), num_warps=4,
+                               fused_merge=variant == "split_fused")
+    check(inp, config=cfg)
+
+
+def test_production_dims(device):
+    """D 512 / rope 64 / window 128 (bf16 tiles of 32 x 512, FP4 and FP8 paths, 2 splits)."""
+    check(Inputs(Case(1, 2, 16, 64, head_dim=512, rope_dim=64, window=128, page_size=64),
+                 device))
+
+
+def test_rows_without_keys_are_zero(device):
+    """A padding row (slot -1) sees nothing: zeros with and without the sink; a row whose index
+    list is all -1 sees its window only."""
+    for sinks in (True, False):
+        inp = Inputs(Case(2, 2, 16, 24, sinks=sinks, seed=2), device)
+        inp.row_slots[1] = -1
+        inp.indices[2] = -1
+        got = check(inp)
+        assert torch.equal(got[1].float(), torch.zeros_like(got[1].float()))
+
+
+def test_workspace_reuse_and_counters(device):
+    """One workspace across calls with new positions and indices: results stay right and the
+    fused merge leaves its arrival counters at zero."""
+    inp = Inputs(Case(2, 3, 16, 30, seed=3), device)
+    cfg = SparseAttnConfig.pick(6, 16, 32, 8, 30)
+    assert cfg.n_split > 1 and cfg.fused_merge
+    ws = make_workspace(6, 16, 32, 8, 30, device, cfg)
+    for step in range(2):
+        check(inp, workspace=ws)
+        assert int(ws.counters.abs().sum()) == 0
+        inp.indices = torch.roll(inp.indices, 1, dims=1)
+        inp.positions = inp.positions - step  # earlier positions: smaller windows
+
+
+def _bad(inp, **over):
+    args = dict(zip(("q", "window_cache", "positions", "row_slots", "cos", "sin"), inp.args(),
+                    strict=True))
+    kw = inp.kwargs()
+    for k, v in over.items():
+        (args if k in args else kw)[k] = v
+    return lambda: sparse_attn(*args.values(), **kw)
+
+
+@pytest.mark.parametrize("name,make,match", [
+    ("q dtype", lambda i: dict(q=i.q.float()), "q: needs a 3-d torch.bfloat16"),
+    ("record bytes", lambda i: dict(window_cache=i.window_cache[..., :-1].contiguous()),
+     "window_cache: records of"),
+    ("ring", lambda i: dict(window=i.window_cache.shape[1] + 1), "shorter than window"),
+    ("positions", lambda i: dict(positions=i.positions.long()), "positions: needs a 1-d"),
+    ("sinks", lambda i: dict(sinks=i.sinks[:2]), "sinks: needs 4 entries"),
+    ("partial", lambda i: dict(indices=None), "give all three or none"),
+    ("compressed", lambda i: dict(compressed=i.compressed[..., :-1].contiguous()),
+     "compressed: records of"),
+    ("out", lambda i: dict(out=torch.empty(2, 4, 32, dtype=torch.bfloat16, device=i.q.device)),
+     "out: shape"),
+])
+def test_bad_arguments(name, make, match, device):
+    inp = Inputs(Case(1, 1, 4, 4), device)
+    with pytest.raises(ValueError, match=match):
+        _bad(inp, **make(inp))()
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+PROD = dict(head_dim=512, rope_dim=64, window=128, page_size=64)
+GPU_CASES = [
+    Case(b, ql, h, k, sinks=s, **PROD)
+    for (b, ql) in ((1, 1), (1, 6), (2, 6), (8, 6), (32, 1), (32, 6))
+    for h in (8, 16, 32, 64)
+    for k, s in ((512, True), (0, True), (200, False))
+    if not (h in (8, 32) and b in (2, 32) and k != 512)  # keep the grid to ~60 cases
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.id)
+def test_gpu_production_shapes(case):
+    check(Inputs(case, torch.device("cuda")))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_gpu_graph_replay_new_indices_and_positions(fused):
+    dev = torch.device("cuda")
+    inp = Inputs(Case(4, 6, 16, 512, **PROD), dev)
+    t = inp.q.shape[0]
+    cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=fused)
+    ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
+    out = torch.empty_like(inp.q)
+    run = lambda: sparse_attn(*inp.args(), **inp.kwargs(), out=out, workspace=ws)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    g = torch.Generator(device="cpu").manual_seed(5)
+    for step in range(3):
+        new_idx = inp.indices.cpu()[:, torch.randperm(512, generator=g)]
+        new_idx[:, : 50 * step] = -1
+        inp.indices.copy_(new_idx)
+        inp.positions.sub_(step)  # still inside the written ring and entries
+        inp.q.copy_(torch.randn_like(inp.q.float()).to(torch.bfloat16))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = sparse_attn_ref(*inp.args(), **inp.kwargs()).float()
+        ref16 = sparse_attn_ref(*inp.args(), **inp.kwargs(),
+                                compute_dtype=torch.bfloat16).float()
+        err = (out.float() - ref).abs().max().item()
+        bound = max(2 * (ref16 - ref).abs().max().item(), 2**-7 * ref.abs().max().item())
+        assert not torch.isnan(out).any() and err <= bound, (step, err, bound)
+        assert int(ws.counters.abs().sum()) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_records_are_exact_bf16():
+    """The dequantised tiles are exact: with one key per row the output is that key (bf16)."""
+    dev = torch.device("cuda")
+    inp = Inputs(Case(2, 1, 16, 512, sinks=False, **PROD), dev)
+    inp.positions.fill_(-1)  # no window keys
+    inp.indices.fill_(-1)
+    inp.indices[:, 7] = 3
+    inp.cos = torch.ones_like(inp.cos)
+    inp.sin = torch.zeros_like(inp.sin)
+    out = sparse_attn(*inp.args(), **inp.kwargs())
+    for t in range(out.shape[0]):
+        rec = C.read_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1],
+                                torch.tensor([3], dtype=torch.int32, device=dev))
+        key = formats.decode_compressed_record(rec.cpu()).to(torch.bfloat16)
+        assert torch.equal(out[t].cpu(), key.expand(16, -1))
