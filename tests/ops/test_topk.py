@@ -1,0 +1,319 @@
+"""decode_topk / decode_topk_blocks: the twin against torch.topk and the contract, the kernels
+against the twin (bitwise: same set and same order), at small shapes under the interpreter and,
+gpu-marked, at production shapes plus CUDA-graph replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dsv4_decode.ops.topk import (
+    decode_topk,
+    decode_topk_blocks,
+    decode_topk_blocks_ref,
+    decode_topk_ref,
+    make_topk_workspace,
+)
+from dsv4_decode.ops.topk.config import TopkConfig
+
+BF16 = torch.bfloat16
+
+
+# ---------------------------------------------------------------- inputs
+
+def make_logits(kind: str, rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
+    """bf16 [rows, cols] logits of a named pattern (on the CPU)."""
+    r = torch.randn(rows, cols, generator=gen)
+    if kind == "random":
+        x = r
+    elif kind == "crowded":  # few distinct values: thousands equal to the threshold
+        x = torch.randint(0, 6, (rows, cols), generator=gen).float()
+    elif kind == "constant":
+        x = torch.full((rows, cols), 0.25)
+    elif kind == "rising":
+        x = torch.linspace(-4, 4, cols).expand(rows, cols).clone()
+    elif kind == "falling":
+        x = torch.linspace(4, -4, cols).expand(rows, cols).clone()
+    elif kind == "special":  # NaN, +/-inf, -0.0 anywhere
+        x = r
+        pick = torch.rand(rows, cols, generator=gen)
+        x[pick < 0.01] = float("nan")
+        x[(pick >= 0.01) & (pick < 0.02)] = float("inf")
+        x[(pick >= 0.02) & (pick < 0.05)] = float("-inf")
+        x[(pick >= 0.05) & (pick < 0.08)] = -0.0
+        x[(pick >= 0.08) & (pick < 0.11)] = 0.0
+    elif kind == "hidden":  # every top value packed in one stretch near the end of the row
+        x = r - 10.0
+        lo = max(0, cols - cols // 7 - 64)
+        x[:, lo:lo + 64] = 10.0 + torch.rand(rows, min(64, cols - lo), generator=gen)
+    elif kind == "neg_inf":
+        x = torch.full((rows, cols), float("-inf"))
+    else:
+        raise ValueError(kind)
+    # the contract wants a row stride that is a multiple of 8: pad the storage, keep cols
+    buf = torch.full((rows, -(-cols // 8) * 8), 99.0, dtype=BF16)
+    buf[:, :cols] = x.to(BF16)
+    return buf[:, :cols]
+
+
+def make_lengths(spec, rows: int, cols: int, k: int, gen: torch.Generator) -> torch.Tensor:
+    if spec == "full":
+        lens = [cols] * rows
+    elif spec == "edges":  # 0, 1, k-1, k, k+1, full, random
+        pool = [0, 1, k - 1, k, k + 1, cols]
+        lens = [pool[i % len(pool)] if i < len(pool) else
+                int(torch.randint(0, cols + 1, (1,), generator=gen)) for i in range(rows)]
+    elif spec == "eighth":
+        lens = [max(1, cols // 8)] * rows
+    else:
+        raise ValueError(spec)
+    return torch.tensor([min(max(v, 0), cols) for v in lens], dtype=torch.int32)
+
+
+def make_padded(x: torch.Tensor) -> torch.Tensor:
+    """A copy of x whose row stride is a multiple of 8 elements."""
+    rows, cols = x.shape
+    buf = torch.zeros(rows, -(-cols // 8) * 8, dtype=x.dtype, device=x.device)
+    buf[:, :cols] = x
+    return buf[:, :cols]
+
+
+# ---------------------------------------------------------------- contract check (independent)
+
+def check_contract(x: torch.Tensor, lens: torch.Tensor, k: int, idx: torch.Tensor) -> None:
+    """idx must be the k largest of x[r, :len] by torch.topk's values, lowest columns on ties."""
+    x, lens, idx = x.float().cpu(), lens.cpu(), idx.cpu()
+    rows, cols = x.shape
+    assert idx.shape == (rows, k) and idx.dtype == torch.int32
+    for r in range(rows):
+        n = min(max(int(lens[r]), 0), cols)
+        m = min(k, n)
+        assert (idx[r, m:] == -1).all(), f"row {r}: tail not -1"
+        sel = idx[r, :m].long()
+        assert ((sel >= 0) & (sel < n)).all(), f"row {r}: index out of range"
+        assert sel.unique().numel() == m, f"row {r}: duplicate index"
+        if m == 0:
+            continue
+        v = x[r, :n]
+        want = torch.topk(v, m).values  # NaN ranks above +inf in torch.topk
+        got = v[sel]
+        assert int(got.isnan().sum()) == int(want.isnan().sum()), f"row {r}: NaN count"
+        a = got[~got.isnan()].sort().values
+        b = want[~want.isnan()].sort().values
+        assert torch.equal(a, b), f"row {r}: selected values differ from torch.topk"
+        t = want.min() if not want.isnan().all() else want[0]
+        eq = v.isnan() if t.isnan() else (v == t)
+        eq_cols = eq.nonzero().flatten()
+        chosen = sel[eq[sel]].sort().values
+        assert torch.equal(chosen, eq_cols[:chosen.numel()]), f"row {r}: tie rule"
+
+
+# ---------------------------------------------------------------- twin
+
+@pytest.mark.parametrize("kind", ["random", "crowded", "constant", "special", "neg_inf"])
+def test_ref_matches_torch_topk(kind):
+    gen = torch.Generator().manual_seed(1)
+    x = make_logits(kind, 6, 700, gen)
+    for k in (1, 37, 512):
+        lens = make_lengths("edges", 6, 700, k, gen)
+        check_contract(x, lens, k, decode_topk_ref(x, lens, k))
+
+
+def test_ref_tie_rule_crafted():
+    x = torch.zeros(2, 10, dtype=BF16)
+    x[0, [3, 7]] = 1.0  # two above, then ties at 0.0 (and -0.0 equals +0.0)
+    x[0, 1] = -0.0
+    x[1] = float("nan")
+    lens = torch.tensor([10, 6], dtype=torch.int32)
+    out = decode_topk_ref(x, lens, 4)
+    assert out[0].tolist() == [3, 7, 0, 1]
+    assert out[1].tolist() == [0, 1, 2, 3]
+
+
+def test_block_ref_rules():
+    x = torch.full((3, 40), float("-inf"), dtype=BF16)
+    x[0, 9] = 2.0  # block 1
+    x[0, 30] = float("nan")  # block 3 (NaN above everything but the pinned block)
+    x[1, :] = 1.0
+    lens = torch.tensor([36, 40, 0], dtype=torch.int32)
+    out = decode_topk_blocks_ref(x, lens, 4, 8)
+    assert out[0].tolist() == [4, 3, 1, -1]  # pinned block 4 (col 35), then NaN, then 2.0
+    assert out[1].tolist() == [4, 0, 1, 2]
+    assert out[2].tolist() == [-1, -1, -1, -1]
+
+
+# ---------------------------------------------------------------- kernels vs twin (interpreter)
+
+CPU_CASES = [  # rows, cols, k, lengths, kind
+    (1, 1, 1, "full", "random"),
+    (3, 7, 4, "edges", "random"),
+    (7, 5000, 16, "edges", "random"),
+    (2, 9000, 64, "full", "random"),
+    (2, 4500, 512, "edges", "random"),
+    (2, 3000, 16, "full", "crowded"),
+    (2, 3000, 16, "full", "constant"),
+    (2, 3000, 16, "full", "rising"),
+    (2, 3000, 16, "full", "falling"),
+    (3, 3000, 16, "full", "special"),
+    (2, 6000, 16, "full", "hidden"),
+    (2, 700, 16, "full", "neg_inf"),
+    (2, 16384, 8, "full", "random"),
+]
+
+
+@pytest.mark.parametrize("rows,cols,k,lens_spec,kind", CPU_CASES,
+                         ids=[f"{c[0]}x{c[1]}-k{c[2]}-{c[3]}-{c[4]}" for c in CPU_CASES])
+def test_decode_topk_matches_twin(rows, cols, k, lens_spec, kind, device):
+    gen = torch.Generator().manual_seed(rows * 1000 + cols + k)
+    x = make_logits(kind, rows, cols, gen)
+    lens = make_lengths(lens_spec, rows, cols, k, gen)
+    out = torch.full((rows, k), -7, dtype=torch.int32, device=device)  # poison
+    got = decode_topk(make_padded(x.to(device)), lens.to(device), k, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
+    check_contract(x, lens, k, got)
+
+
+def test_fallback_path_is_exercised(device):
+    """Constant rows give more candidates than ``cap``: the exact single-CTA path answers."""
+    k = 16
+    cfg = TopkConfig.pick(k)
+    cols = cfg.cap + 700
+    x = torch.full((1, cols), 3.0, dtype=BF16)
+    x[0, cols - 5] = 4.0
+    lens = torch.tensor([cols], dtype=torch.int32)
+    ws = make_topk_workspace(1, k, device)
+    got = decode_topk(x.to(device), lens.to(device), k, workspace=ws)
+    assert int(ws.cnt[0]) > cfg.cap
+    assert got.cpu()[0].tolist() == [cols - 5] + list(range(k - 1))
+
+
+def test_workspace_reuse_new_inputs(device):
+    gen = torch.Generator().manual_seed(5)
+    ws = make_topk_workspace(3, 32, device)
+    out = torch.empty(3, 32, dtype=torch.int32, device=device)
+    for kind in ("random", "crowded"):
+        x = make_logits(kind, 3, 2500, gen)
+        lens = make_lengths("edges", 3, 2500, 32, gen)
+        decode_topk(make_padded(x.to(device)), lens.to(device), 32, out=out, workspace=ws)
+        assert torch.equal(out.cpu(), decode_topk_ref(x, lens, 32))
+
+
+BLOCK_CASES = [(3, 5000, 64, 8, "edges", "special"), (2, 4000, 16, 8, "full", "constant"),
+               (2, 3000, 32, 4, "full", "random")]
+
+
+@pytest.mark.parametrize("rows,cols,nb,block,lens_spec,kind", BLOCK_CASES)
+def test_blocks_match_twin(rows, cols, nb, block, lens_spec, kind, device):
+    gen = torch.Generator().manual_seed(cols + nb)
+    x = make_logits(kind, rows, cols, gen)
+    lens = make_lengths(lens_spec, rows, cols, nb * block, gen)
+    got = decode_topk_blocks(make_padded(x.to(device)), lens.to(device), nb, block)
+    assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, nb, block))
+
+
+def test_bad_arguments(device):
+    x = torch.randn(2, 64, device=device).to(BF16)
+    lens = torch.full((2,), 64, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="logits"):
+        decode_topk(x.float(), lens, 4)
+    with pytest.raises(ValueError, match="logits"):
+        decode_topk(x[0], lens, 4)
+    with pytest.raises(ValueError, match="logits"):
+        decode_topk(x.t(), lens, 4)
+    with pytest.raises(ValueError, match="logits"):
+        decode_topk(torch.randn(2, 70, device=device).to(BF16)[:, :60], lens, 4)  # stride 70
+    with pytest.raises(ValueError, match="lengths"):
+        decode_topk(x, lens.long(), 4)
+    with pytest.raises(ValueError, match="k"):
+        decode_topk(x, lens, 0)
+    with pytest.raises(ValueError, match="k"):
+        decode_topk(x, lens, 2049)
+    with pytest.raises(ValueError, match="out"):
+        decode_topk(x, lens, 4, out=torch.empty(2, 5, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="workspace"):
+        decode_topk(x, lens, 4, workspace=make_topk_workspace(2, 8, device))
+    with pytest.raises(ValueError, match="n_blocks"):
+        decode_topk_blocks(x, lens, 0)
+    with pytest.raises(ValueError, match="block"):
+        decode_topk_blocks(x, lens, 4, block=3)
+    if device.type == "cuda":
+        with pytest.raises(ValueError, match="lengths"):
+            decode_topk(x, lens.cpu(), 4)
+
+
+# ---------------------------------------------------------------- production shapes (GPU)
+
+GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (64, 65536), (64, 1048576), (3, 1),
+              (5, 777), (4, 100003)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [512, 2048])
+@pytest.mark.parametrize("rows,cols", GPU_SHAPES)
+@pytest.mark.parametrize("lens_spec", ["edges", "eighth", "full"])
+def test_gpu_random_production(rows, cols, k, lens_spec):
+    gen = torch.Generator().manual_seed(rows + cols + k)
+    x = make_logits("random", rows, cols, gen)
+    lens = make_lengths(lens_spec, rows, cols, k, gen)
+    xd = x.cuda() if cols % 8 == 0 else make_padded(x.cuda())
+    got = decode_topk(xd, lens.cuda(), k)
+    want = decode_topk_ref(xd, lens.cuda(), k)
+    assert torch.equal(got, want)
+    if rows * cols <= 12 * 1048576:
+        check_contract(x, lens, k, got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["crowded", "constant", "rising", "falling", "special",
+                                  "hidden", "neg_inf"])
+@pytest.mark.parametrize("rows,cols", [(2, 1048576), (6, 65536), (64, 8192)])
+@pytest.mark.parametrize("k", [512, 2048])
+def test_gpu_patterns(kind, rows, cols, k):
+    gen = torch.Generator().manual_seed(7)
+    x = make_logits(kind, rows, cols, gen)
+    lens = make_lengths("edges" if rows > 2 else "full", rows, cols, k, gen)
+    got = decode_topk(x.cuda(), lens.cuda(), k)
+    assert torch.equal(got, decode_topk_ref(x.cuda(), lens.cuda(), k))
+    check_contract(x, lens, k, got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols", [(1, 524288), (6, 1048576), (12, 1048576), (64, 131072)])
+@pytest.mark.parametrize("lens_spec", ["eighth", "full", "edges"])
+def test_gpu_blocks(rows, cols, lens_spec):
+    gen = torch.Generator().manual_seed(cols)
+    x = make_logits("special", rows, cols, gen).cuda()
+    lens = make_lengths(lens_spec, rows, cols, 2048 * 8, gen).cuda()
+    got = decode_topk_blocks(x, lens, 2048, 8)
+    assert torch.equal(got, decode_topk_blocks_ref(x, lens, 2048, 8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [512, 2048])
+def test_gpu_graph_replay_bitwise(k):
+    """Capture once, replay 500 times alternating two input sets: bitwise identical answers."""
+    rows, cols = 8, 262144
+    gen = torch.Generator().manual_seed(11)
+    inputs = [(make_logits(kind, rows, cols, gen).cuda(),
+               make_lengths(spec, rows, cols, k, gen).cuda())
+              for kind, spec in (("random", "edges"), ("special", "full"))]
+    want = [decode_topk_ref(x, n, k) for x, n in inputs]
+    x_s, n_s = inputs[0][0].clone(), inputs[0][1].clone()
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, k, "cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        decode_topk(x_s, n_s, k, out=out, workspace=ws)  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode_topk(x_s, n_s, k, out=out, workspace=ws)
+    for i in range(500):
+        x, n = inputs[i % 2]
+        x_s.copy_(x)
+        n_s.copy_(n)
+        out.fill_(-7)
+        graph.replay()
+        assert torch.equal(out, want[i % 2]), f"replay {i}"
