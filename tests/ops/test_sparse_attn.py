@@ -21,7 +21,6 @@ from dsv4_decode.ops.sparse_attn import (
     sparse_attn,
     sparse_attn_ref,
 )
-from dsv4_decode.ops.sparse_attn.config import padded_window
 
 
 @dataclass
@@ -146,16 +145,13 @@ def test_matches_reference(case, device):
     check(Inputs(case, device))
 
 
-@pytest.mark.parametrize("variant", ["single_split", "split_fused", "split_kernel"])
+@pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel"])
 def test_split_and_merge_variants(variant, device):
     inp = Inputs(Case(2, 2, 16, 40, window=16, seed=1), device)
-    w_pad = padded_window(16, 16)
-    n_cols = w_pad + 40
-    if variant == "single_split":
-        cfg = SparseAttnConfig(16, 16, -(-n_cols // 16) * 16, 1, num_warps=4)
-    else:
-        cfg = SparseAttnConfig(16, 16, 32, -(-n_cols // 32), num_warps=4,
-                               fused_merge=variant == "split_fused")
+    steps = 4 if variant == "two_splits" else 1  # 1 window + 3 index steps of 16 keys
+    cfg = SparseAttnConfig.with_steps(16, 16, steps, 16, 40, num_warps=4,
+                                      fused_merge=variant != "four_splits_kernel")
+    assert cfg.n_split == (2 if steps == 4 else 4)
     check(inp, config=cfg)
 
 

@@ -1,13 +1,14 @@
 """Triton kernels of ``sparse_attn`` (private; the contract is in ``api.py``).
 
-``_sparse_attn_kernel``: one CTA per (column split, head block, row). It loads the row's
-``[BLOCK_H, D]`` queries once, then per step of ``BLOCK_N`` key columns gathers the records
-(window ring or paged compressed cache), dequantises them to an exact bf16 tile ``K [BLOCK_N, D]``
-and uses it twice: ``S = Q K^T`` and ``acc += P K`` (K = V), with an online softmax in the log2
-domain. One split finalises in place; several write (m, l, acc) partials and the last CTA to
-arrive (atomic counter, reset by that CTA) or ``_merge_kernel`` merges them, adds the sink to the
-denominator, normalises, applies the inverse RoPE and writes bf16.
-"""
+``_sparse_attn_kernel``: one CTA per (split, head block, row). Splits ``0 .. N_WSPLIT-1`` walk
+the row's window keys, the others its index list, ``BLOCK_N`` keys per step. The CTA loads the
+row's ``[BLOCK_H, D]`` queries once; per step it gathers the records (window ring, or the paged
+compressed cache through the block table), dequantises them to an exact bf16 tile
+``K [BLOCK_N, D]`` and uses it twice: ``S = Q K^T`` and ``acc += P K`` (K = V), with an online
+softmax in the log2 domain. The next step's loads are issued before each step's math. One split
+finalises in place; several write (m, l, acc) partials and the last CTA to arrive (atomic
+counter, reset by that CTA) or ``_merge_kernel`` merges them, adds the sink to the denominator,
+normalises, applies the inverse RoPE and writes bf16."""
 
 from __future__ import annotations
 
@@ -18,42 +19,61 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _window_tile(win_ptr, slot, pos, row_ok, i0, ring,
+def _window_load(win_ptr, slot, pos, row_ok, i0, i_hi, ring,
                  WINDOW: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Keys ``i0 .. i0+BLOCK_N`` of the row's window (key i = position pos - WINDOW + 1 + i),
-    dequantised from 528-byte FP8 records -> (bf16 [BLOCK_N, D], valid [BLOCK_N])."""
+    """Raw FP8 records of window keys ``i0 .. i0+BLOCK_N`` (key i = position
+    pos - WINDOW + 1 + i; keys >= i_hi masked) -> (codes [BLOCK_N, D/32, 32],
+    ue8m0 scales [BLOCK_N, D/32], valid [BLOCK_N])."""
     i = i0 + tl.arange(0, BLOCK_N)
     kpos = pos - WINDOW + 1 + i
-    valid = (i < WINDOW) & (kpos >= 0) & row_ok
+    valid = (i < i_hi) & (kpos >= 0) & row_ok
     rec = (slot.to(tl.int64) * ring + tl.where(valid, kpos % ring, 0)) * (D + D // 32)
     blk = tl.arange(0, D // 32)
     e = tl.arange(0, 32)
     codes = tl.load(win_ptr + rec[:, None, None] + blk[None, :, None] * 32 + e[None, None, :],
                     mask=valid[:, None, None], other=0)
     sc = tl.load(win_ptr + rec[:, None] + D + blk[None, :], mask=valid[:, None], other=0)
-    # ue8m0 byte b -> 2^(b-127) built from its exponent bits (b = 0 of a masked key -> 0.0)
-    scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-    vals = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
-    return tl.reshape(vals, (BLOCK_N, D)).to(tl.bfloat16), valid
+    return codes, sc, valid
 
 
 @triton.jit
-def _compressed_tile(comp_ptr, bt_ptr, idx_ptr, row, slot, row_ok, c0, k_sel, n_pages,
-                     max_pages, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Index-list columns ``c0 .. c0+BLOCK_N`` of the row, dequantised from 288-byte NVFP4 records
-    through the block table -> (bf16 [BLOCK_N, D], valid [BLOCK_N])."""
+def _window_dequant(codes, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """-> exact bf16 keys [BLOCK_N, D]."""
+    # ue8m0 byte b -> 2^(b-127) built from its exponent bits (b = 0 of a masked key -> 0.0)
+    scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    vals = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None]
+    return tl.reshape(vals, (BLOCK_N, D)).to(tl.bfloat16)
+
+
+@triton.jit
+def _compressed_addr(idx_ptr, bt_ptr, row, slot, row_ok, c0, c_hi, k_sel, n_pages, max_pages,
+                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Record offsets of index-list columns ``c0 .. c0+BLOCK_N`` (columns >= c_hi masked)
+    through the block table -> (int64 byte offsets [BLOCK_N], valid [BLOCK_N])."""
     c = c0 + tl.arange(0, BLOCK_N)
-    j = tl.load(idx_ptr + row.to(tl.int64) * k_sel + c, mask=(c < k_sel) & row_ok, other=-1)
+    j = tl.load(idx_ptr + row.to(tl.int64) * k_sel + c, mask=(c < c_hi) & row_ok, other=-1)
     valid = (j >= 0) & (j < max_pages * PAGE)
     j = tl.where(valid, j, 0)
     page = tl.load(bt_ptr + slot.to(tl.int64) * max_pages + j // PAGE, mask=valid, other=-1)
     valid = valid & (page >= 0) & (page < n_pages)
     rec = (tl.where(valid, page, 0).to(tl.int64) * PAGE + j % PAGE) * (D // 2 + D // 16)
+    return rec, valid
+
+
+@triton.jit
+def _compressed_load(comp_ptr, rec, valid, D: tl.constexpr):
+    """Raw NVFP4 records -> (packed e2m1 [BLOCK_N, D/16, 8], e4m3 scales [BLOCK_N, D/16])."""
     blk = tl.arange(0, D // 16)
     e = tl.arange(0, 8)
     packed = tl.load(comp_ptr + rec[:, None, None] + blk[None, :, None] * 8 + e[None, None, :],
                      mask=valid[:, None, None], other=0)
     sc = tl.load(comp_ptr + rec[:, None] + D // 2 + blk[None, :], mask=valid[:, None], other=0)
+    return packed, sc
+
+
+@triton.jit
+def _compressed_dequant(packed, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """-> exact bf16 keys [BLOCK_N, D]."""
     scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     # byte k holds dim 2k in the low nibble, 2k+1 in the high nibble
     n = tl.interleave(packed & 0xF, packed >> 4).to(tl.uint32)  # [BLOCK_N, D/16, 16]
@@ -62,7 +82,21 @@ def _compressed_tile(comp_ptr, bt_ptr, idx_ptr, row, slot, row_ok, c0, k_sel, n_
     # e2m1 -> fp32 bits: ex = 0 is 0 or 0.5; else 2^(ex-1) * (1 + m/2); sign in bit 3
     bits = tl.where(ex == 0, m * 0x3F000000, ((ex + 126) << 23) | (m << 22)) | ((n >> 3) << 31)
     vals = bits.to(tl.float32, bitcast=True) * scale[:, :, None]
-    return tl.reshape(vals, (BLOCK_N, D)).to(tl.bfloat16), valid
+    return tl.reshape(vals, (BLOCK_N, D)).to(tl.bfloat16)
+
+
+@triton.jit
+def _attend(q, k, valid, m_i, l_i, acc, qk_scale):
+    """One online-softmax step over keys ``k`` [BLOCK_N, D] (K = V), log2 domain."""
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), k)
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -129,9 +163,10 @@ def _sparse_attn_kernel(
     n_heads, n_slots, ring, n_bt_slots, n_pages, max_pages, k_sel, n_cos,
     qk_scale,  # softmax scale * log2(e)
     # constants
-    WINDOW: tl.constexpr, W_PAD: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_STEPS: tl.constexpr,
-    N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr, HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr,
+    WINDOW: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
+    N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
+    HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr,
 ):
     pid_s = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -153,28 +188,39 @@ def _sparse_attn_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, D], tl.float32)
-    # The last split may run past W_PAD + k_sel: those columns are masked like any other.
-    for it in range(SPLIT_STEPS):
-        c0 = pid_s * (SPLIT_STEPS * BLOCK_N) + it * BLOCK_N
-        if HAS_SEL:
-            if c0 < W_PAD:
-                k, valid = _window_tile(win_ptr, w_slot, pos, win_ok, c0, ring, WINDOW, D,
+    # Each step issues the next step's loads before its own math (one-step prefetch; for the
+    # compressed keys the index and block-table loads run two steps ahead).
+    if pid_s < N_WSPLIT:
+        i0 = pid_s * (W_STEPS * BLOCK_N)
+        i_hi = tl.minimum(i0 + W_STEPS * BLOCK_N, WINDOW)
+        codes, sc, valid = _window_load(win_ptr, w_slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
                                         BLOCK_N)
-            else:
-                k, valid = _compressed_tile(comp_ptr, bt_ptr, idx_ptr, row, c_slot, sel_ok,
-                                            c0 - W_PAD, k_sel, n_pages, max_pages, D, PAGE,
-                                            BLOCK_N)
-        else:
-            k, valid = _window_tile(win_ptr, w_slot, pos, win_ok, c0, ring, WINDOW, D, BLOCK_N)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), k)
-        m_i = m_new
+        for it in range(W_STEPS):
+            codes_n, sc_n, valid_n = _window_load(win_ptr, w_slot, pos, win_ok,
+                                                  i0 + (it + 1) * BLOCK_N, i_hi, ring, WINDOW,
+                                                  D, BLOCK_N)
+            k = _window_dequant(codes, sc, D, BLOCK_N)
+            m_i, l_i, acc = _attend(q, k, valid, m_i, l_i, acc, qk_scale)
+            codes, sc, valid = codes_n, sc_n, valid_n
+    else:
+        if HAS_SEL:
+            c0 = (pid_s - N_WSPLIT) * (C_STEPS * BLOCK_N)
+            c_hi = tl.minimum(c0 + C_STEPS * BLOCK_N, k_sel)
+            rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok, c0, c_hi, k_sel,
+                                          n_pages, max_pages, D, PAGE, BLOCK_N)
+            packed, sc = _compressed_load(comp_ptr, rec, valid, D)
+            rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
+                                              c0 + BLOCK_N, c_hi, k_sel, n_pages, max_pages, D,
+                                              PAGE, BLOCK_N)
+            for it in range(C_STEPS):
+                packed_n, sc_n = _compressed_load(comp_ptr, rec_n, valid_n, D)
+                rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
+                                                    c0 + (it + 2) * BLOCK_N, c_hi, k_sel,
+                                                    n_pages, max_pages, D, PAGE, BLOCK_N)
+                k = _compressed_dequant(packed, sc, D, BLOCK_N)
+                m_i, l_i, acc = _attend(q, k, valid, m_i, l_i, acc, qk_scale)
+                packed, sc, valid = packed_n, sc_n, valid_n
+                rec_n, valid_n = rec_nn, valid_nn
 
     if N_SPLIT == 1:
         _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
@@ -211,7 +257,7 @@ def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, pos_ptr, out_ptr, cos_ptr, sin
 
 
 def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, block_table,
-           indices, out, ws, cfg, window: int, w_pad: int, softmax_scale: float):
+           indices, out, ws, cfg, window: int, softmax_scale: float):
     """Launch the kernel(s) for validated arguments (``ws``: workspace tensors or None)."""
     t, n_heads, d = q.shape
     has_sel = indices is not None and indices.shape[1] > 0
@@ -231,9 +277,10 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,
         block_table.shape[1] if has_sel else 0, k_sel, cos.shape[0],
         softmax_scale * LOG2E,
-        WINDOW=window, W_PAD=w_pad, D=d, R2=cos.shape[1],
+        WINDOW=window, D=d, R2=cos.shape[1],
         PAGE=compressed.shape[1] if has_sel else 1, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-        SPLIT_STEPS=cfg.split_cols // cfg.block_n, N_SPLIT=cfg.n_split, HAS_SEL=has_sel,
+        W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
+        HAS_SEL=has_sel,
         HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

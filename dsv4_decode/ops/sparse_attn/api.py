@@ -11,7 +11,7 @@ import torch
 from dsv4_decode.engine.cache import compressed_record_bytes, window_record_bytes
 
 from . import _triton
-from .config import SparseAttnConfig, padded_window
+from .config import SparseAttnConfig
 
 
 @dataclass
@@ -176,10 +176,8 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
         cfg = workspace.config
     else:
         cfg = config or pick_config(t, h, d, window, n_sel, device)
-    w_pad = padded_window(window, cfg.block_n)
-    _need(cfg.block_h >= 16 and cfg.block_n >= 16 and cfg.split_cols % cfg.block_n == 0
-          and cfg.n_split == -(-(w_pad + n_sel) // cfg.split_cols),
-          f"config: inconsistent with these shapes: {cfg}")
+    _need(cfg.check(window, n_sel), f"config: inconsistent with window {window} and "
+          f"{n_sel} index columns: {cfg}")
     if cfg.n_split > 1 and workspace is None:
         workspace = make_workspace(t, h, d, window, n_sel, device, cfg)
     if out is None:
@@ -189,5 +187,5 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
         _need(out.shape == q.shape, f"out: shape {tuple(out.shape)}, needs {tuple(q.shape)}")
     ws = workspace.tensors() if cfg.n_split > 1 else None
     _triton.launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed,
-                   block_table, indices, out, ws, cfg, window, w_pad, scale)
+                   block_table, indices, out, ws, cfg, window, scale)
     return out

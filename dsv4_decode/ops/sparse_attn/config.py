@@ -1,9 +1,10 @@
 """Launch configuration of ``sparse_attn`` and the rule that picks it from static shapes.
 
-Work split: one CTA per (row, head block, column split). A row's key columns are the window
-(padded to a multiple of ``block_n``) followed by the index list; a split covers ``split_cols``
-consecutive columns, iterated ``block_n`` keys at a time. Splits of one (row, head block) are
-merged by the last CTA to finish (``fused_merge``) or by a second small kernel.
+Work split: one CTA per (row, head block, split). A row's keys are its window (``window``
+columns) and its index list (``n_sel`` columns), handled by different splits: ``n_wsplit``
+window splits of ``w_steps`` steps and ``n_csplit`` compressed splits of ``c_steps`` steps, each
+step ``block_n`` keys. The splits of one (row, head block) are merged by the last CTA to finish
+(``fused_merge``) or by a second small kernel.
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ TARGET_WAVES = 2  # aim for about this many CTAs per SM when splitting
 @dataclass(frozen=True)
 class SparseAttnConfig:
     block_h: int  # heads per CTA (tl.dot M): 16 or 32, padded heads are masked
-    block_n: int  # keys dequantised per inner step (tl.dot N)
-    split_cols: int  # key columns per CTA, a multiple of block_n
-    n_split: int  # CTAs per (row, head block)
+    block_n: int  # keys dequantised per step (tl.dot N)
+    w_steps: int  # steps per window split
+    n_wsplit: int  # window splits: ceil(ceil(window / block_n) / w_steps)
+    c_steps: int  # steps per compressed split (0 without an index list)
+    n_csplit: int  # compressed splits: ceil(ceil(n_sel / block_n) / c_steps)
     num_warps: int
-    num_stages: int = 1  # software pipelining of the key loads (1 = none)
+    num_stages: int = 1  # Triton's pipeliner (the kernel prefetches one step by itself)
     fused_merge: bool = True  # last CTA merges (one launch) vs a separate merge kernel
+
+    @property
+    def n_split(self) -> int:
+        return self.n_wsplit + self.n_csplit
 
     @staticmethod
     def pick(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
@@ -32,17 +39,30 @@ class SparseAttnConfig:
         block_h = 16 if heads <= 16 else 32
         # [block_n, D] dequantised keys live in registers: 32 x 512 keeps it at 64 fp32/thread.
         block_n = 32 if head_dim >= 256 else 16
-        n_cols = padded_window(window, block_n) + n_sel
-        units = -(-n_cols // block_n)
-        ctas = max(rows * -(-heads // block_h), 1)
-        want = -(-TARGET_WAVES * sm_count // ctas)
-        n_split = max(1, min(want, units, MAX_SPLITS))
-        split_cols = -(-units // n_split) * block_n
-        n_split = -(-n_cols // split_cols)
-        return SparseAttnConfig(block_h, block_n, split_cols, n_split,
-                                num_warps=8 if head_dim >= 256 else 4, fused_merge=fused_merge)
+        return SparseAttnConfig.with_steps(
+            block_h, block_n, _steps(rows, heads, block_h, block_n, window, n_sel, sm_count),
+            window, n_sel, num_warps=8 if head_dim >= 256 else 4, fused_merge=fused_merge)
+
+    @staticmethod
+    def with_steps(block_h: int, block_n: int, steps: int, window: int, n_sel: int,
+                   **kw) -> SparseAttnConfig:
+        """A config of at most ``steps`` steps per split (fewer where a kind has fewer)."""
+        w_units, c_units = -(-window // block_n), -(-n_sel // block_n)
+        w_steps, c_steps = min(steps, w_units), min(steps, c_units)
+        return SparseAttnConfig(block_h, block_n, w_steps, -(-w_units // w_steps), c_steps,
+                                -(-c_units // c_steps) if c_units else 0, **kw)
+
+    def check(self, window: int, n_sel: int) -> bool:
+        """Whether this config covers exactly ``window`` + ``n_sel`` columns."""
+        w_units, c_units = -(-window // self.block_n), -(-n_sel // self.block_n)
+        ok_c = (self.n_csplit == 0 and c_units == 0) or (
+            self.c_steps > 0 and self.n_csplit == -(-c_units // self.c_steps))
+        return (self.block_h >= 16 and self.block_n >= 16 and self.w_steps > 0
+                and self.n_wsplit == -(-w_units // self.w_steps) and ok_c)
 
 
-def padded_window(window: int, block_n: int) -> int:
-    """Window columns rounded up to whole ``block_n`` steps (a step never mixes key kinds)."""
-    return -(-window // block_n) * block_n
+def _steps(rows, heads, block_h, block_n, window, n_sel, sm_count) -> int:
+    units = -(-window // block_n) + -(-n_sel // block_n)
+    ctas = max(rows * -(-heads // block_h), 1)
+    want = -(-TARGET_WAVES * sm_count // ctas)
+    return -(-units // max(1, min(want, units, MAX_SPLITS)))

@@ -1,0 +1,165 @@
+"""Benchmark of ``sparse_attn`` on one GPU: CUDA-graph replay medians, ours vs the compiled twin.
+
+Cases: requests 1..32 x q_len 6 (and 1), 512 selected entries per row + a full 128-key window,
+16 heads (a TP=4 rank) and 64 heads (TP=1), head dim 512, rope 64. Implementations:
+``ours`` (default config, fused last-CTA merge), ``ours_merge_kernel`` (the same split with a
+second merge kernel), ``compiled`` (``torch.compile`` of ``sparse_attn_ref``, fp32 math on the
+dequantised records: the baseline a user has). Each of the ``CALLS`` calls captured in one graph
+uses its own set of slots, pages, q and out (rotating the inputs; at small batch the 20 sets
+still fit in the 60 MB L2). The floor is the distinct bytes one call must read or write
+(window records + selected records + q + out) at 4.5 TB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import torch
+
+from dsv4_decode.bench.results import RESULTS_DIR, Row, case_key, print_table, write_rows
+from dsv4_decode.bench.timing import graph_time_us
+from dsv4_decode.engine import cache as C
+from dsv4_decode.ops.sparse_attn import (
+    make_workspace,
+    pick_config,
+    rope_tables,
+    sparse_attn,
+    sparse_attn_ref,
+)
+
+D, ROPE, WINDOW, SELECTED, PAGE = 512, 64, 128, 512, 64
+ENTRIES = 4096  # compressed entries per request (indices are drawn among them)
+CALLS = 20  # calls per graph = input sets
+
+
+class Inputs:
+    """``CALLS`` input sets for ``requests`` x ``q_len`` rows of ``heads`` heads."""
+
+    def __init__(self, requests: int, q_len: int, heads: int, n_sel: int, sets: int,
+                 device="cuda"):
+        dev = torch.device(device)
+        g = torch.Generator(device=dev).manual_seed(0)
+        ring = C.default_ring(WINDOW)
+        slots = requests * sets
+        pages_per = -(-ENTRIES // PAGE)
+        t = requests * q_len
+        self.rows, self.n_sel = t, n_sel
+        self.window_cache = torch.randint(0, 256, (slots, ring, C.window_record_bytes(D)),
+                                          dtype=torch.uint8, device=dev, generator=g)
+        # valid e4m3 codes (no NaN 0x7F/0xFF) and ue8m0 scales near 1
+        self.window_cache[..., :D] &= 0x77
+        self.window_cache[..., D:] = torch.randint(120, 128, (slots, ring, D // 32),
+                                                   dtype=torch.uint8, device=dev, generator=g)
+        self.compressed = torch.randint(0, 256, (slots * pages_per, PAGE,
+                                                 C.compressed_record_bytes(D)),
+                                        dtype=torch.uint8, device=dev, generator=g)
+        self.compressed[..., D // 2:] = 0x30  # e4m3 scale 0.5
+        perm = torch.randperm(slots * pages_per, device=dev, generator=g).int()
+        self.block_table = perm.reshape(slots, pages_per).contiguous()
+        self.sinks = torch.randn(heads, device=dev, generator=g)
+        freqs = 10000.0 ** (-torch.arange(0, ROPE, 2, dtype=torch.float32, device=dev) / ROPE)
+        base = torch.randint(ENTRIES, 60000, (requests,), device=dev, generator=g)
+        pos = (base[:, None] + torch.arange(q_len, device=dev)[None, :]).flatten().int()
+        self.cos, self.sin = rope_tables(freqs, 60000 + q_len)
+        self.sets = []
+        for s in range(sets):
+            row_slots = (s * requests + torch.arange(requests, device=dev)).repeat_interleave(
+                q_len).int()
+            idx = torch.argsort(torch.rand(t, ENTRIES, device=dev, generator=g), dim=1)
+            self.sets.append(dict(
+                q=torch.randn(t, heads, D, device=dev, generator=g).to(torch.bfloat16),
+                positions=pos.clone(), row_slots=row_slots,
+                indices=idx[:, :n_sel].int().contiguous() if n_sel else None,
+                out=torch.empty(t, heads, D, dtype=torch.bfloat16, device=dev)))
+
+    def call_args(self, s: int):
+        st = self.sets[s]
+        sel = st["indices"] is not None
+        return ((st["q"], self.window_cache, st["positions"], st["row_slots"], self.cos,
+                 self.sin),
+                dict(window=WINDOW, sinks=self.sinks, compressed=self.compressed if sel else None,
+                     block_table=self.block_table if sel else None, indices=st["indices"]))
+
+    def floor_bytes(self, requests: int, q_len: int, heads: int) -> int:
+        st = self.sets[0]
+        window = requests * (WINDOW + q_len - 1) * C.window_record_bytes(D)
+        sel = 0
+        if st["indices"] is not None:
+            per_req = st["indices"].reshape(requests, -1)
+            sel = sum(int(torch.unique(r).numel()) for r in per_req)
+        return window + sel * C.compressed_record_bytes(D) + 2 * 2 * self.rows * heads * D
+
+
+def _timed(fn_for_set, sets: int) -> float:
+    i = [0]
+
+    def call():
+        fn_for_set(i[0] % sets)
+        i[0] += 1
+
+    return graph_time_us(call, calls=CALLS)
+
+
+def bench_case(requests: int, q_len: int, heads: int, compiled) -> list[Row]:
+    inp = Inputs(requests, q_len, heads, SELECTED, CALLS)
+    case = case_key(requests=requests, q_len=q_len, heads=heads, selected=SELECTED)
+    floor = inp.floor_bytes(requests, q_len, heads)
+    rows = []
+    cfg = pick_config(inp.rows, heads, D, WINDOW, SELECTED)
+    variants = [("ours", cfg)]
+    if cfg.n_split > 1:
+        variants.append(("ours_merge_kernel", dataclasses.replace(cfg, fused_merge=False)))
+    for impl, c in variants:
+        ws = make_workspace(inp.rows, heads, D, WINDOW, SELECTED, "cuda", c)
+
+        def ours(s, c=c, ws=ws):
+            a, kw = inp.call_args(s)
+            sparse_attn(*a, **kw, out=inp.sets[s]["out"], workspace=ws, config=c)
+
+        try:
+            rows.append(Row("sparse_attn", case, impl, _timed(ours, CALLS), floor))
+        except Exception as err:  # report and keep going (e.g. one variant fails to compile)
+            print(f"{case} {impl}: failed: {type(err).__name__}: {err}")
+    if compiled is not None:
+        def base(s):
+            a, kw = inp.call_args(s)
+            inp.sets[s]["out"].copy_(compiled(*a, **kw))
+
+        try:
+            rows.append(Row("sparse_attn", case, "compiled", _timed(base, CALLS), floor))
+        except Exception as err:
+            print(f"{case} compiled: failed: {type(err).__name__}: {err}")
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="dsv4-decode bench sparse_attn",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(RESULTS_DIR), help="CSV folder (appends sparse_attn.csv)")
+    p.add_argument("--quick", action="store_true",
+                   help="requests 1, 8, 32 x q_len 6 at 16 heads and 1 x 6 at 64 heads")
+    p.add_argument("--no-compiled", action="store_true",
+                   help="skip the torch.compile baseline")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench sparse_attn: needs a CUDA GPU")
+    if args.quick:
+        cases = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64)]
+    else:
+        cases = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
+    compiled = None if args.no_compiled else torch.compile(sparse_attn_ref, dynamic=True)
+    rows: list[Row] = []
+    for b, ql, h in cases:
+        case_rows = bench_case(b, ql, h, compiled)
+        for r in case_rows:  # progress, in case the run is cut short
+            print(f"{r.case:45s} {r.impl:18s} {r.us:9.2f} us  floor {r.floor_us:.2f} us",
+                  flush=True)
+        rows += case_rows
+    print_table(rows, ["ours", "ours_merge_kernel", "compiled"])
+    path = write_rows(rows, "sparse_attn", args.out)
+    print(f"appended {len(rows)} rows to {path}")
+
+
+if __name__ == "__main__":
+    main()
