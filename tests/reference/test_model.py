@@ -13,11 +13,12 @@ import copy
 
 import pytest
 import torch
-from ref_cases import make_weights, record_dims, tiny, tiny_indexer_engram
+from ref_cases import record_dims, tiny, tiny_indexer_engram
 
 from dsv4_decode import formats
 from dsv4_decode.reference import ReferenceModel
 from dsv4_decode.reference import model as model_module
+from dsv4_decode.weights import random_weights
 
 _CASES = {"tiny": tiny, "indexer_engram": tiny_indexer_engram, "record_dims": record_dims}
 _cache: dict = {}
@@ -26,7 +27,7 @@ _cache: dict = {}
 def _model(case: str) -> ReferenceModel:
     if case not in _cache:
         cfg = _CASES[case]()
-        _cache[case] = ReferenceModel(cfg, make_weights(cfg, seed=1))
+        _cache[case] = ReferenceModel(cfg, random_weights(cfg, seed=1))
     return _cache[case]
 
 
@@ -163,7 +164,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model.prefill(torch.zeros(model.cfg.max_position_embeddings + 1, dtype=torch.long), st)
     assert st.position == 0
-    bad = make_weights(model.cfg)
+    bad = random_weights(model.cfg)
     del bad["layers.0.attn.wq_a.scale"]
     with pytest.raises(ValueError, match="scale"):
         ReferenceModel(model.cfg, bad)
@@ -181,7 +182,7 @@ def test_cuda_matches_cpu(case):
     same greedy token on >= 90 % of rows (a near-tie in a top-k selection may legitimately
     flip one row)."""
     cfg = _CASES[case]()
-    w = make_weights(cfg, seed=1)
+    w = random_weights(cfg, seed=1)
     outs = []
     for dev in ("cpu", "cuda"):
         m = ReferenceModel(cfg, w, device=dev)
