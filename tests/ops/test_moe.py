@@ -184,7 +184,7 @@ def test_experts_match_ref(device, cpu_experts, case):
 def test_experts_block16_no_shared_extreme(device):
     """Scale block 16, no shared expert, activations large enough to engage the clamp."""
     gen = torch.Generator().manual_seed(5)
-    weights = make_experts(4, 64, 32, device, gen, block=16, shared=False)
+    weights = make_experts(4, 64, 64, device, gen, block=16, shared=False)
     ids = random_ids(3, 2, 4, gen)
     x = (torch.randn(3, 64, generator=gen) * 300).to(torch.bfloat16).to(device)
     r = build_routing(ids.to(device), rand_weights(3, 2, gen).to(device), 4)

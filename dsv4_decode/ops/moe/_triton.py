@@ -137,60 +137,54 @@ def _e2m1_to_f32(nib):
 
 
 @triton.jit
-def _mx_dot(acc, x_ptr, rows, row_ok, stride_x, k0, K, w_ptr, s_ptr, offs_n, n_ok,
+def _mx_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n, n_ok,
             SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, MX_NATIVE: tl.constexpr):
-    """``acc [BM, BN] += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` for MXFP4 ``W`` stored
-    ``[N, K/2]`` packed (low nibble = even k) with ue8m0 scales ``[N, K/SCALE_BLOCK]``.
+    """``acc [BM, BN] += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` with ``k0 = it * BK`` for
+    MXFP4 ``W`` stored ``[N, K/2]`` packed (low nibble = even k) with ue8m0 scales
+    ``[N, K/SCALE_BLOCK]``; ``K % BK == 0`` (no K masks, so loads stay 16-byte vectors).
 
     MX_NATIVE: Triton's ``dot_scaled`` (bf16 x e2m1, block 32; upcast in registers on SM90).
     Otherwise: explicit dequant to bf16 and two dots over the even / odd k (any block)."""
+    # Offsets from ``it`` by multiplication: the compiler keeps their 16-byte alignment.
+    offs_k = it * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_b = it * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=row_ok[:, None],
+                 other=0.0)
+    wq = tl.load(w_ptr + offs_n[None, :] * (K // 2) + offs_b[:, None], mask=n_ok[None, :],
+                 other=0)
     if MX_NATIVE:
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        offs_b = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-        offs_s = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-        kb_ok = offs_b < K // 2
-        xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :],
-                     mask=row_ok[:, None] & (offs_k[None, :] < K), other=0.0)
-        wq = tl.load(w_ptr + offs_n[None, :] * (K // 2) + offs_b[:, None],
-                     mask=n_ok[None, :] & kb_ok[:, None], other=0)
-        ws = tl.load(s_ptr + offs_n[:, None] * (K // 32) + offs_s[None, :],
-                     mask=n_ok[:, None] & (offs_s[None, :] < K // 32), other=127)
+        offs_s = it * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
+        ws = tl.load(s_ptr + offs_n[:, None] * (K // 32) + offs_s[None, :], mask=n_ok[:, None],
+                     other=127)
         acc = tl.dot_scaled(xt, None, "bf16", wq, ws, "e2m1", acc)
     else:
-        j = tl.arange(0, BLOCK_K // 2)
-        k_even = k0 + 2 * j
-        k_ok = k_even < K
-        x_base = x_ptr + rows[:, None] * stride_x + k_even[None, :]
-        xmask = row_ok[:, None] & k_ok[None, :]
-        x_even = tl.load(x_base, mask=xmask, other=0.0)
-        x_odd = tl.load(x_base + 1, mask=xmask, other=0.0)
-        wmask = n_ok[None, :] & k_ok[:, None]
-        wq = tl.load(w_ptr + offs_n[None, :] * (K // 2) + (k_even // 2)[:, None], mask=wmask,
-                     other=0).to(tl.int32)
-        s_col = (k_even // SCALE_BLOCK)[:, None]
-        ws = tl.load(s_ptr + offs_n[None, :] * (K // SCALE_BLOCK) + s_col, mask=wmask, other=127)
+        x_even, x_odd = tl.split(tl.reshape(xt, (xt.shape[0], BLOCK_K // 2, 2)))
+        s_col = (it * BLOCK_K + 2 * tl.arange(0, BLOCK_K // 2)) // SCALE_BLOCK
+        ws = tl.load(s_ptr + offs_n[None, :] * (K // SCALE_BLOCK) + s_col[:, None],
+                     mask=n_ok[None, :], other=127)
         scale = _ue8m0_to_f32(ws)
-        lo = (_e2m1_to_f32(wq & 15) * scale).to(tl.bfloat16)
-        hi = (_e2m1_to_f32(wq >> 4) * scale).to(tl.bfloat16)
+        q = wq.to(tl.int32)
+        lo = (_e2m1_to_f32(q & 15) * scale).to(tl.bfloat16)
+        hi = (_e2m1_to_f32(q >> 4) * scale).to(tl.bfloat16)
         acc = tl.dot(x_even, lo, acc)
         acc = tl.dot(x_odd, hi, acc)
     return acc
 
 
 @triton.jit
-def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, k0, K, w_ptr, s_ptr, offs_n, n_ok,
-             BLOCK_K: tl.constexpr):
-    """``acc += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` for e4m3 ``W [N, K]`` with one
-    ue8m0 scale per 32x32 block (``[ceil(N/32), K/32]``), applied to each 32-deep partial."""
+def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
+             n_ok, BLOCK_K: tl.constexpr):
+    """``acc += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` (``k0 = it * BK``, ``K % BK == 0``)
+    for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block (``[ceil(N/32), K/32]``),
+    applied to each 32-deep partial product."""
     for kk in tl.static_range(BLOCK_K // 32):
-        offs_k = k0 + kk * 32 + tl.arange(0, 32)
-        k_ok = offs_k < K
-        xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :],
-                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        wt = tl.load(w_ptr + offs_n[None, :] * K + offs_k[:, None],
-                     mask=n_ok[None, :] & k_ok[:, None], other=0.0)
-        s = tl.load(s_ptr + (offs_n // 32) * tl.cdiv(K, 32) + (k0 + kk * 32) // 32,
-                    mask=n_ok & (k0 + kk * 32 < K), other=0)
+        offs_k = it * BLOCK_K + kk * 32 + tl.arange(0, 32)
+        xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=row_ok[:, None],
+                     other=0.0)
+        wt = tl.load(w_ptr + offs_n[None, :] * K + offs_k[:, None], mask=n_ok[None, :],
+                     other=0.0)
+        s = tl.load(s_ptr + (offs_n // 32) * (K // 32) + it * (BLOCK_K // 32) + kk, mask=n_ok,
+                    other=0)
         part = tl.dot(xt, wt.to(tl.bfloat16))
         acc += part * _ue8m0_to_f32(s)[None, :]
     return acc
@@ -230,10 +224,10 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
             sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
             wu = wg + I * (D // 2)
             su = sg + I * (D // SCALE_BLOCK)
-            for k0 in range(0, D, BLOCK_K):
-                acc_g = _mx_dot(acc_g, x_ptr, rows, ok, stride_x, k0, D, wg, sg, offs_n, n_ok,
+            for it in range(D // BLOCK_K):
+                acc_g = _mx_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
                                 SCALE_BLOCK, BLOCK_K, MX_NATIVE)
-                acc_u = _mx_dot(acc_u, x_ptr, rows, ok, stride_x, k0, D, wu, su, offs_n, n_ok,
+                acc_u = _mx_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
                                 SCALE_BLOCK, BLOCK_K, MX_NATIVE)
             h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
             tl.store(h_ptr + ent[:, None].to(tl.int64) * I + offs_n[None, :], h,
@@ -241,11 +235,11 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
     else:
         rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
         ok = rows < T
-        ssu = ss13_ptr + (I // 32) * tl.cdiv(D, 32)
-        for k0 in range(0, D, BLOCK_K):
-            acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, k0, D, sw13_ptr, ss13_ptr,
+        ssu = ss13_ptr + (I // 32) * (D // 32)
+        for it in range(D // BLOCK_K):
+            acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, sw13_ptr, ss13_ptr,
                              offs_n, n_ok, BLOCK_K)
-            acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, k0, D, sw13_ptr + I * D, ssu,
+            acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, sw13_ptr + I * D, ssu,
                              offs_n, n_ok, BLOCK_K)
         h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
         tl.store(h_ptr + (N_ENTRIES + rows[:, None]).to(tl.int64) * I + offs_n[None, :], h,
@@ -273,8 +267,8 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
             e = tl.load(ids_ptr + first).to(tl.int64)
             w = w2_ptr + e * D * (I // 2)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
-            for k0 in range(0, I, BLOCK_K):
-                acc = _mx_dot(acc, h_ptr, hrows, ok, I, k0, I, w, s, offs_n, n_ok,
+            for it in range(I // BLOCK_K):
+                acc = _mx_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
                               SCALE_BLOCK, BLOCK_K, MX_NATIVE)
             tl.store(part_ptr + hrows[:, None] * D + offs_n[None, :], acc,
                      mask=ok[:, None] & n_ok[None, :])
@@ -282,8 +276,8 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
         rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
         ok = rows < T
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
-        for k0 in range(0, I, BLOCK_K):
-            acc = _fp8_dot(acc, h_ptr, hrows, ok, I, k0, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
+        for it in range(I // BLOCK_K):
+            acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
                            BLOCK_K)
         tl.store(part_ptr + hrows[:, None] * D + offs_n[None, :], acc,
                  mask=ok[:, None] & n_ok[None, :])

@@ -38,6 +38,14 @@ def _np2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
+def _k_step(want: int, k: int) -> int:
+    """The largest power of two <= ``want`` dividing ``k`` (>= 32: k is a multiple of 32); the
+    kernels' K loops have no tail."""
+    while k % want:
+        want //= 2
+    return want
+
+
 def _fail(arg: str, got, need: str):
     raise ValueError(f"{arg}: got {got}, needs {need}")
 
@@ -337,13 +345,13 @@ def moe_experts(x: torch.Tensor, routing: Routing, w13: torch.Tensor, w13_scales
     K._moe_up_kernel[(m_tiles, triton.cdiv(inter, cfg.up_n))](
         x, routing.entries, routing.ids, w13, w13_scales, sw13, ss13, workspace.h,
         t, x.stride(0), n_entries, tiles, D=d, I=inter,
-        TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n, BLOCK_K=cfg.up_k,
-        MX_NATIVE=cfg.mx_native, **launch)
+        TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
+        BLOCK_K=_k_step(cfg.up_k, d), MX_NATIVE=cfg.mx_native, **launch)
     K._moe_down_kernel[(m_tiles, triton.cdiv(d, cfg.down_n))](
         workspace.h, routing.entries, routing.ids, w2, w2_scales, sw2, ss2, workspace.part,
         t, n_entries, tiles, D=d, I=inter,
-        SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n, BLOCK_K=cfg.down_k,
-        MX_NATIVE=cfg.mx_native, **launch)
+        SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n,
+        BLOCK_K=_k_step(cfg.down_k, inter), MX_NATIVE=cfg.mx_native, **launch)
     K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
         workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
         TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)

@@ -11,8 +11,9 @@ class MoEConfig:
 
     block_m: entries per tile (rows of one expert, padded; the tensor-core minimum is 16).
     up_n / down_n: output channels per CTA (of I for W1|W3, of D for W2); up_k / down_k: the
-    K step. mx_native: use Triton's ``dot_scaled`` for the MXFP4 weights (block 32 only) instead
-    of the explicit dequant + ``dot``. num_warps / num_stages: as in Triton.
+    K step (halved where it does not divide K). mx_native: use Triton's ``dot_scaled`` for
+    the MXFP4 weights (block 32 only) instead of the explicit dequant + ``dot``.
+    num_warps / num_stages: as in Triton.
     """
 
     block_m: int = 16
@@ -30,8 +31,8 @@ class MoEConfig:
             if v < 16 or v & (v - 1):
                 raise ValueError(f"MoEConfig.{name}: got {v}, needs a power of two >= 16")
         for name in ("up_k", "down_k"):
-            if getattr(self, name) < 64:
-                raise ValueError(f"MoEConfig.{name}: got {getattr(self, name)}, needs >= 64")
+            if getattr(self, name) < 32:
+                raise ValueError(f"MoEConfig.{name}: got {getattr(self, name)}, needs >= 32")
 
 
 def pick_config(rows: int, scale_block: int, on_gpu: bool) -> MoEConfig:
