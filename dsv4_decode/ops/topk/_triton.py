@@ -100,7 +100,7 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
     row = tl.program_id(0)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     s = _level(len_e, TARGET, LMAX)
-    n_groups = ((len_e + CHUNK - 1) // CHUNK) * (CHUNK >> s)
+    n_groups = ((len_e + CHUNK - 1) // CHUNK) * ((s * 0 + CHUNK) >> s)  # tensor first: s varies
     i = tl.arange(0, GROUPS)
     g = tl.load(gmax_ptr + row.to(tl.int64) * stride_g + i, mask=i < n_groups, other=0)
     # T0 = max t with #{g >= t} >= K, bit by bit (the predicate is monotone in t); 1 when fewer
@@ -141,6 +141,50 @@ def _sort_store(src_ptr, n, dst_ptr, K, SIZE: tl.constexpr):
 
 
 @triton.jit
+def _exact_fallback(x_row, lengths_ptr, row, cols, c_ptr, o_ptr, K, BLOCK: tl.constexpr,
+                    SMALL: tl.constexpr, SCAN: tl.constexpr):
+    """Exact selection when the candidate buffer overflowed (heavy ties, adversarial rows).
+
+    One CTA: tau = the K-th largest key1 by 17 counting scans of the row, then one scan in
+    column order keeps every element above tau and the first K - #{> tau} equal to it; the kept
+    K go through the candidate buffer and the same sort as the fast path.
+    """
+    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    tau = len_e * 0
+    for b in tl.static_range(16, -1, -1):
+        cand = tau | (1 << b)
+        count = len_e * 0
+        start = len_e * 0
+        while start < len_e:  # (a while loop: the interpreter cannot range over a tensor)
+            key1 = _element_keys(x_row, start + tl.arange(0, SCAN), length, len_e, BLOCK)
+            count += tl.sum((key1 >= cand).to(tl.int32), axis=0)
+            start += SCAN
+        tau = tl.where(count >= K, cand, tau)
+    above = len_e * 0
+    start = len_e * 0
+    while start < len_e:
+        key1 = _element_keys(x_row, start + tl.arange(0, SCAN), length, len_e, BLOCK)
+        above += tl.sum((key1 > tau).to(tl.int32), axis=0)
+        start += SCAN
+    kept = len_e * 0
+    ties = len_e * 0
+    start = len_e * 0
+    while start < len_e:
+        e = start + tl.arange(0, SCAN)
+        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
+        eq = key1 == tau
+        keep = (key1 > tau) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= K - above))
+        pos = kept + tl.cumsum(keep.to(tl.int32), axis=0) - 1
+        comb = (key1.to(tl.int64) << COL_BITS) | (e.to(tl.int64) ^ COL_MASK)
+        tl.store(c_ptr + pos, comb, mask=keep)
+        kept += tl.sum(keep.to(tl.int32), axis=0)
+        ties += tl.sum(eq.to(tl.int32), axis=0)
+        start += SCAN
+    tl.debug_barrier()  # the CTA's own global writes above are read back by other threads
+    _sort_store(c_ptr, K, o_ptr, K, SMALL)
+
+
+@triton.jit
 def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, cbuf_ptr, out_ptr, stride_x, stride_c,
                    stride_o, cols, K, BLOCK: tl.constexpr, SMALL: tl.constexpr,
                    CAP: tl.constexpr, SCAN: tl.constexpr):
@@ -150,63 +194,38 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, cbuf_ptr, out_ptr, stride_x, str
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
         _sort_store(c_ptr, n, o_ptr, K, SMALL)
-    elif n <= CAP:
-        _sort_store(c_ptr, n, o_ptr, K, CAP)
+    elif CAP > SMALL:
+        if n <= CAP:
+            _sort_store(c_ptr, n, o_ptr, K, CAP)
+        else:
+            _exact_fallback(x_ptr + row.to(tl.int64) * stride_x, lengths_ptr, row, cols, c_ptr,
+                            o_ptr, K, BLOCK, SMALL, SCAN)
     else:
-        # Exact fallback (the buffer overflowed): tau = the k-th largest key1 by 17 counting
-        # scans, then one scan in column order keeps every element above tau and the first
-        # K - #{> tau} equal to it; the kept K are sorted like the fast path.
-        length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-        x_row = x_ptr + row.to(tl.int64) * stride_x
-        tau = len_e * 0
-        for b in tl.static_range(16, -1, -1):
-            cand = tau | (1 << b)
-            count = len_e * 0
-            start = len_e * 0
-            while start < len_e:  # (a while loop: the interpreter cannot range over a tensor)
-                key1 = _element_keys(x_row, start + tl.arange(0, SCAN), length, len_e, BLOCK)
-                count += tl.sum((key1 >= cand).to(tl.int32), axis=0)
-                start += SCAN
-            tau = tl.where(count >= K, cand, tau)
-        above = len_e * 0
-        start = len_e * 0
-        while start < len_e:
-            key1 = _element_keys(x_row, start + tl.arange(0, SCAN), length, len_e, BLOCK)
-            above += tl.sum((key1 > tau).to(tl.int32), axis=0)
-            start += SCAN
-        kept = len_e * 0
-        ties = len_e * 0
-        start = len_e * 0
-        while start < len_e:
-            e = start + tl.arange(0, SCAN)
-            key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-            eq = key1 == tau
-            keep = (key1 > tau) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= K - above))
-            pos = kept + tl.cumsum(keep.to(tl.int32), axis=0) - 1
-            comb = (key1.to(tl.int64) << COL_BITS) | (e.to(tl.int64) ^ COL_MASK)
-            tl.store(c_ptr + pos, comb, mask=keep)
-            kept += tl.sum(keep.to(tl.int32), axis=0)
-            ties += tl.sum(eq.to(tl.int32), axis=0)
-            start += SCAN
-        tl.debug_barrier()  # the CTA's own global writes above are read back by other threads
-        _sort_store(c_ptr, K, o_ptr, K, SMALL)
+        _exact_fallback(x_ptr + row.to(tl.int64) * stride_x, lengths_ptr, row, cols, c_ptr,
+                        o_ptr, K, BLOCK, SMALL, SCAN)
 
 
-def launch(x16, lengths, out, ws, cfg, k: int) -> None:
-    """Run the four kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols]."""
+def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
+    """Run the four kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
+
+    ``stages < 4`` runs only the first kernels (the benchmark's per-kernel breakdown).
+    """
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.chunk)
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     _group_max_kernel[(rows, n_chunks)](
         x16, lengths, ws.gmax, x16.stride(0), ws.gmax.stride(0), cols,
         LMAX=cfg.lmax, TARGET=cfg.target, num_warps=4, **common)
-    _threshold_kernel[(rows,)](
-        lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k,
-        LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, num_warps=8, **common)
-    _collect_kernel[(rows, n_chunks)](
-        x16, lengths, ws.thr, ws.cnt, ws.cbuf, x16.stride(0), ws.cbuf.stride(0), cols,
-        CAP=cfg.cap, num_warps=4, **common)
-    _select_kernel[(rows,)](
-        x16, lengths, ws.cnt, ws.cbuf, out, x16.stride(0), ws.cbuf.stride(0), out.stride(0),
-        cols, k, BLOCK=cfg.block, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block,
-        num_warps=8)
+    if stages >= 2:
+        _threshold_kernel[(rows,)](
+            lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k,
+            LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, num_warps=8, **common)
+    if stages >= 3:
+        _collect_kernel[(rows, n_chunks)](
+            x16, lengths, ws.thr, ws.cnt, ws.cbuf, x16.stride(0), ws.cbuf.stride(0), cols,
+            CAP=cfg.cap, num_warps=4, **common)
+    if stages >= 4:
+        _select_kernel[(rows,)](
+            x16, lengths, ws.cnt, ws.cbuf, out, x16.stride(0), ws.cbuf.stride(0),
+            out.stride(0), cols, k, BLOCK=cfg.block, SMALL=cfg.small, CAP=cfg.cap,
+            SCAN=2048 // cfg.block, num_warps=8)

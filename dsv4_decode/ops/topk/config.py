@@ -50,5 +50,5 @@ class TopkConfig:
             # a level below lmax has < 2 * target + chunk groups; lmax has <= 2**20 / 2048
             groups=max(_pow2_at_least(2 * target + chunk), 512),
             small=small,
-            cap=min(4 * small, 8192),
+            cap=max(small, min(4 * small, 4096)),  # sorts of 8192 int64 compile for minutes
         )

@@ -1,0 +1,156 @@
+"""Benchmark of ``decode_topk`` on one GPU: ours vs torch.topk (bf16) vs fp32 upcast + topk.
+
+Cells: rows 1..64 x cols 65,536..1,048,576 x valid (1/8 or all of each row before its length)
+x k 512 / 2048, random BF16 logits; block mode (top 2,048 blocks of 8, 1/8 valid). Each time is
+the median of 20 replays of a CUDA graph of 20 back-to-back calls. The calls rotate over input
+sets whose total size passes 2 x the 60 MB L2 (small cells keep 20 sets, still L2-resident, as
+the indexer's freshly written logits would be). torch.topk has no lengths: it gets the whole row
+(favouring it on 1/8-valid cells). The floor is the valid bf16 bytes at 4.5 TB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from dsv4_decode.bench.results import RESULTS_DIR, Row, case_key, print_table, write_rows
+from dsv4_decode.bench.timing import L2_BYTES, graph_time_us
+from dsv4_decode.ops.topk import (
+    decode_topk,
+    decode_topk_blocks,
+    decode_topk_blocks_ref,
+    make_topk_workspace,
+)
+
+CALLS = 20
+ROWS = (1, 6, 12, 24, 48, 64)
+COLS = (65536, 262144, 524288, 1048576)
+# GB300 kernel, k = 512 (µs) by (cols, valid) over ROWS; the issue's goal table.
+GOAL = {
+    (65536, "1/8"): (7.3, 7.4, 7.7, 8.9, 17.1, 17.4),
+    (65536, "all"): (9.0, 9.3, 9.4, 10.3, 17.9, 20.2),
+    (262144, "1/8"): (7.4, 7.9, 8.0, 9.9, 19.3, 19.6),
+    (262144, "all"): (9.5, 11.3, 10.1, 11.8, 20.8, 22.5),
+    (524288, "1/8"): (8.7, 9.0, 9.3, 15.5, 28.5, 35.0),
+    (524288, "all"): (12.4, 11.5, 28.9, 37.0, 46.1, 44.7),
+    (1048576, "1/8"): (9.4, 10.1, 17.1, 18.6, 34.2, 42.0),
+    (1048576, "all"): (12.1, 12.4, 27.3, 44.4, 55.3, 53.6),
+}
+GOAL_BLOCKS = {(524288, 1): 5.9, (524288, 6): 6.2, (524288, 12): 6.3,
+               (1048576, 1): 6.3, (1048576, 6): 6.5, (1048576, 12): 12.7}
+
+
+def _inputs(rows: int, cols: int, valid: str):
+    sets = max(1, min(CALLS, math.ceil(2 * L2_BYTES / (rows * cols * 2))))
+    g = torch.Generator(device="cuda").manual_seed(rows * cols)
+    xs = [torch.randn(rows, cols, device="cuda", generator=g).to(torch.bfloat16)
+          for _ in range(sets)]
+    length = cols if valid == "all" else cols // 8
+    lens = torch.full((rows,), length, dtype=torch.int32, device="cuda")
+    return xs, lens, length
+
+
+def _timed(make_call, xs) -> float:
+    i = [0]
+
+    def fn():
+        make_call(xs[i[0] % len(xs)])
+        i[0] += 1
+
+    return graph_time_us(fn, calls=CALLS)
+
+
+def bench_cell(rows: int, cols: int, valid: str, k: int, baselines: bool) -> list[Row]:
+    xs, lens, length = _inputs(rows, cols, valid)
+    case = case_key(rows=rows, cols=cols, valid=valid, k=k)
+    floor = rows * length * 2
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, k, "cuda")
+    res = [Row("topk", case, "ours",
+               _timed(lambda x: decode_topk(x, lens, k, out=out, workspace=ws), xs), floor)]
+    if baselines:
+        res.append(Row("topk", case, "torch",
+                       _timed(lambda x: torch.topk(x, k, dim=1, sorted=False), xs), floor))
+        res.append(Row("topk", case, "torch_fp32",
+                       _timed(lambda x: torch.topk(x.float(), k, dim=1, sorted=False), xs),
+                       floor))
+    return res
+
+
+def bench_blocks(rows: int, cols: int, n_blocks: int = 2048, block: int = 8) -> list[Row]:
+    xs, lens, length = _inputs(rows, cols, "1/8")
+    case = case_key(rows=rows, cols=cols, valid="1/8", k=n_blocks, mode="blocks")
+    out = torch.empty(rows, n_blocks, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, n_blocks, "cuda", block)
+    floor = rows * length * 2
+    return [
+        Row("topk", case, "ours", _timed(lambda x: decode_topk_blocks(
+            x, lens, n_blocks, block, out=out, workspace=ws), xs), floor),
+        Row("topk", case, "torch", _timed(lambda x: decode_topk_blocks_ref(
+            x, lens, n_blocks, block), xs), floor),
+    ]
+
+
+def breakdown(rows: int, cols: int, valid: str, k: int) -> str:
+    """Cumulative µs after each of the four kernels (where the time goes)."""
+    from dsv4_decode.ops.topk import _triton
+
+    xs, lens, _ = _inputs(rows, cols, valid)
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, k, "cuda")
+    times = [_timed(lambda x, s=s: _triton.launch(x.view(torch.int16), lens, out, ws, ws.cfg, k,
+                                                  stages=s), xs) for s in (1, 2, 3, 4)]
+    cnt = ws.cnt.float().mean().item()
+    return (f"rows={rows} cols={cols} valid={valid} k={k}: cumulative µs "
+            + " / ".join(f"{t:.1f}" for t in times) + f"  (mean candidates {cnt:.0f})")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="dsv4-decode bench topk", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(RESULTS_DIR), help="CSV folder (appends topk.csv)")
+    p.add_argument("--quick", action="store_true", help="a few cells only")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also print the cumulative time after each kernel for a few cells")
+    p.add_argument("--no-baselines", action="store_true", help="skip torch.topk baselines")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench topk: needs a CUDA GPU")
+    if args.quick:
+        cells = [(1, 65536, "all", 512), (6, 262144, "1/8", 512), (12, 1048576, "all", 512),
+                 (64, 1048576, "all", 512), (64, 65536, "1/8", 512), (1, 1048576, "all", 2048),
+                 (24, 524288, "all", 2048)]
+        block_cells = [(1, 1048576), (12, 524288)]
+    else:
+        cells = [(r, c, v, k) for k in (512, 2048) for c in COLS for v in ("1/8", "all")
+                 for r in ROWS]
+        block_cells = [(r, c) for c in (524288, 1048576) for r in (1, 6, 12)]
+    rows: list[Row] = []
+    for r, c, v, k in cells:
+        rows += bench_cell(r, c, v, k, not args.no_baselines)
+    for r, c in block_cells:
+        rows += bench_blocks(r, c)
+    print_table(rows, ["ours", "torch", "torch_fp32"])
+    print("\nk = 512 against the GB300 goal (* = 1.2x its 524,288-column number):")
+    for row in rows:
+        f = dict(kv.split("=") for kv in row.case.split(","))
+        if row.impl != "ours" or (f["k"] != "512" and f.get("mode") != "blocks"):
+            continue
+        r, c = int(f["rows"]), int(f["cols"])
+        goal = (GOAL_BLOCKS.get((c, r)) if f.get("mode") == "blocks"
+                else GOAL[(c, f["valid"])][ROWS.index(r)] if r in ROWS else None)
+        if goal:
+            print(f"  {row.case:50s} ours {row.us:7.1f}  goal {goal:5.1f}  x{row.us / goal:4.2f}")
+    if args.breakdown:
+        print("\nper-kernel breakdown (group max / threshold / collect / select):")
+        for cell in [(1, 65536, "all", 512), (1, 1048576, "all", 512),
+                     (12, 1048576, "all", 512), (64, 1048576, "all", 512),
+                     (1, 1048576, "all", 2048), (64, 65536, "1/8", 2048)]:
+            print("  " + breakdown(*cell))
+    path = write_rows(rows, "topk", args.out)
+    print(f"appended {len(rows)} rows to {path}")
+
+
+if __name__ == "__main__":
+    main()
