@@ -56,7 +56,7 @@ from .shard import check_tp, local_shape, storage_range
 
 OUT_GAIN = 0.3  # gain of the projections that write into the residual streams
 UNITS = 8  # generation units along a split dim (the largest tp)
-_CHUNK = 1 << 28  # elements per in-place pass when shaping FP8 codes
+_CHUNK = 1 << 26  # int64 words per in-place pass when shaping FP8 codes (bounds temps)
 
 
 def random_weights(cfg: ModelConfig, seed: int = 0, device="cpu", tp: int = 1, rank: int = 0,
@@ -184,17 +184,16 @@ def _generate(key: str, p: Param, stack: int, cfg: ModelConfig, seed: int, devic
 
 def _fill(buf: torch.Tensor, p: Param, cfg: ModelConfig, g: torch.Generator):
     """Fill the contiguous ``buf`` (one generation unit of ``p``) from ``g``."""
-    if p.fmt in ("fp8", "rows8"):
-        codes = buf.view(torch.uint8)
-        codes.random_(0, 256, generator=g)
-        _shape_e4m3_(codes)
-    elif p.fmt == "fp4":
-        buf.random_(0, 256, generator=g)
+    if p.fmt in ("fp8", "rows8", "fp4"):
+        words = _random_words(buf.numel(), g, buf.device)
+        if p.fmt != "fp4":
+            _shape_e4m3_(words)
+        buf.view(torch.uint8).view(-1).copy_(words.view(torch.uint8)[: buf.numel()])
     elif p.is_scale:
         base, thresh = _scale_bytes(init_stats(p, cfg)[1],
                                     FP4_CODE_RMS if p.fmt == "fp4_scale" else FP8_CODE_RMS)
-        buf.random_(0, 256, generator=g)
-        up = (buf < thresh).to(torch.uint8)
+        r = _random_words(buf.numel(), g, buf.device).view(torch.uint8)[: buf.numel()]
+        up = (r < thresh).to(torch.uint8).view(buf.shape)
         buf.fill_(base)
         buf.add_(up).add_(up)
     else:
@@ -205,20 +204,38 @@ def _fill(buf: torch.Tensor, p: Param, cfg: ModelConfig, g: torch.Generator):
         buf.copy_(x.mul_(std).add_(mean))
 
 
-def _shape_e4m3_(codes: torch.Tensor):
-    """Random bytes -> e4m3 codes with exponent field 4..11 (sign, mantissa kept), in place."""
-    flat = codes.view(-1)
-    for s in range(0, flat.numel(), _CHUNK):
-        c = flat[s:s + _CHUNK]
-        e = (c >> 3) & 7
-        c &= 0x87
-        c |= (e + 4) << 3
+def _random_words(n_bytes: int, g: torch.Generator, device) -> torch.Tensor:
+    """``ceil(n_bytes / 8)`` uniform random int64 words (8 random bytes each: one generator
+    draw per 8 bytes is several times faster than one per byte)."""
+    words = torch.empty(-(-n_bytes // 8), dtype=torch.int64, device=device)
+    return words.random_(-(2**63), None, generator=g)
+
+
+def _bytes8(b: int) -> int:
+    """The int64 (two's complement) whose 8 bytes all equal ``b``."""
+    v = int.from_bytes(bytes([b]) * 8, "little")
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _shape_e4m3_(words: torch.Tensor):
+    """Random bytes (packed 8 per int64) -> e4m3 codes with exponent field 4..11, sign and
+    mantissa kept, in place; byte-wise (SWAR) ops that never carry across bytes."""
+    tmp = torch.empty(min(words.numel(), _CHUNK), dtype=words.dtype, device=words.device)
+    for s in range(0, words.numel(), _CHUNK):
+        w = words[s:s + _CHUNK]
+        e = torch.bitwise_right_shift(w, 3, out=tmp[: w.numel()])  # each byte's bits 3-5
+        e &= _bytes8(0x07)
+        e += _bytes8(0x04)
+        e <<= 3  # 4..11 into bits 3-6
+        w &= _bytes8(0x87)
+        w |= e
 
 
 def _code_rms_e4m3() -> float:
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
-    _shape_e4m3_(codes)
-    return codes.view(torch.float8_e4m3fn).float().pow(2).mean().sqrt().item()
+    words = codes.view(torch.int64).clone()
+    _shape_e4m3_(words)
+    return words.view(torch.float8_e4m3fn).float().pow(2).mean().sqrt().item()
 
 
 FP8_CODE_RMS = _code_rms_e4m3()

