@@ -190,37 +190,39 @@ def _sparse_attn_kernel(
     acc = tl.zeros([BLOCK_H, D], tl.float32)
     # Each step issues the next step's loads before its own math (one-step prefetch; for the
     # compressed keys the index and block-table loads run two steps ahead).
+    # The two branches use disjoint names: Triton yields every name bound in both branches of a
+    # runtime `if`, and the raw tiles of the two record kinds have different shapes.
     if pid_s < N_WSPLIT:
-        i0 = pid_s * (W_STEPS * BLOCK_N)
-        i_hi = tl.minimum(i0 + W_STEPS * BLOCK_N, WINDOW)
-        codes, sc, valid = _window_load(win_ptr, w_slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
-                                        BLOCK_N)
-        for it in range(W_STEPS):
-            codes_n, sc_n, valid_n = _window_load(win_ptr, w_slot, pos, win_ok,
-                                                  i0 + (it + 1) * BLOCK_N, i_hi, ring, WINDOW,
-                                                  D, BLOCK_N)
-            k = _window_dequant(codes, sc, D, BLOCK_N)
-            m_i, l_i, acc = _attend(q, k, valid, m_i, l_i, acc, qk_scale)
-            codes, sc, valid = codes_n, sc_n, valid_n
+        w_i0 = pid_s * (W_STEPS * BLOCK_N)
+        w_hi = tl.minimum(w_i0 + W_STEPS * BLOCK_N, WINDOW)
+        w_codes, w_sc, w_valid = _window_load(win_ptr, w_slot, pos, win_ok, w_i0, w_hi, ring,
+                                              WINDOW, D, BLOCK_N)
+        for w_it in range(W_STEPS):
+            w_codes_n, w_sc_n, w_valid_n = _window_load(win_ptr, w_slot, pos, win_ok,
+                                                        w_i0 + (w_it + 1) * BLOCK_N, w_hi, ring,
+                                                        WINDOW, D, BLOCK_N)
+            w_k = _window_dequant(w_codes, w_sc, D, BLOCK_N)
+            m_i, l_i, acc = _attend(q, w_k, w_valid, m_i, l_i, acc, qk_scale)
+            w_codes, w_sc, w_valid = w_codes_n, w_sc_n, w_valid_n
     else:
         if HAS_SEL:
-            c0 = (pid_s - N_WSPLIT) * (C_STEPS * BLOCK_N)
-            c_hi = tl.minimum(c0 + C_STEPS * BLOCK_N, k_sel)
-            rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok, c0, c_hi, k_sel,
-                                          n_pages, max_pages, D, PAGE, BLOCK_N)
-            packed, sc = _compressed_load(comp_ptr, rec, valid, D)
-            rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
-                                              c0 + BLOCK_N, c_hi, k_sel, n_pages, max_pages, D,
-                                              PAGE, BLOCK_N)
-            for it in range(C_STEPS):
-                packed_n, sc_n = _compressed_load(comp_ptr, rec_n, valid_n, D)
-                rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
-                                                    c0 + (it + 2) * BLOCK_N, c_hi, k_sel,
-                                                    n_pages, max_pages, D, PAGE, BLOCK_N)
-                k = _compressed_dequant(packed, sc, D, BLOCK_N)
-                m_i, l_i, acc = _attend(q, k, valid, m_i, l_i, acc, qk_scale)
-                packed, sc, valid = packed_n, sc_n, valid_n
-                rec_n, valid_n = rec_nn, valid_nn
+            c_0 = (pid_s - N_WSPLIT) * (C_STEPS * BLOCK_N)
+            c_hi = tl.minimum(c_0 + C_STEPS * BLOCK_N, k_sel)
+            c_rec, c_valid = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok, c_0, c_hi,
+                                              k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
+            c_packed, c_sc = _compressed_load(comp_ptr, c_rec, c_valid, D)
+            c_rec_n, c_valid_n = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
+                                                  c_0 + BLOCK_N, c_hi, k_sel, n_pages,
+                                                  max_pages, D, PAGE, BLOCK_N)
+            for c_it in range(C_STEPS):
+                c_packed_n, c_sc_n = _compressed_load(comp_ptr, c_rec_n, c_valid_n, D)
+                c_rec_nn, c_valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
+                                                        c_0 + (c_it + 2) * BLOCK_N, c_hi, k_sel,
+                                                        n_pages, max_pages, D, PAGE, BLOCK_N)
+                c_k = _compressed_dequant(c_packed, c_sc, D, BLOCK_N)
+                m_i, l_i, acc = _attend(q, c_k, c_valid, m_i, l_i, acc, qk_scale)
+                c_packed, c_sc, c_valid = c_packed_n, c_sc_n, c_valid_n
+                c_rec_n, c_valid_n = c_rec_nn, c_valid_nn
 
     if N_SPLIT == 1:
         _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
