@@ -21,6 +21,7 @@ from dsv4_decode.bench.results import RESULTS_DIR, Row, case_key, print_table, w
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.engine import cache as C
 from dsv4_decode.ops.sparse_attn import (
+    SparseAttnConfig,
     make_workspace,
     pick_config,
     rope_tables,
@@ -133,6 +134,36 @@ def bench_case(requests: int, q_len: int, heads: int, compiled) -> list[Row]:
     return rows
 
 
+def sweep(cases) -> None:
+    """Time config variants around the default (printed only; for choosing the default rule)."""
+    for b, ql, h in cases:
+        inp = Inputs(b, ql, h, SELECTED, CALLS)
+        base = pick_config(inp.rows, h, D, WINDOW, SELECTED)
+        steps = max(base.w_steps, base.c_steps)
+        with_steps = SparseAttnConfig.with_steps
+        variants = {"default": base,
+                    "merge_kernel": dataclasses.replace(base, fused_merge=False),
+                    "maxnreg128": dataclasses.replace(base, maxnreg=128),
+                    "maxnreg168": dataclasses.replace(base, maxnreg=168),
+                    "stages2": dataclasses.replace(base, num_stages=2),
+                    "block_n16": with_steps(16, 16, 2 * steps, WINDOW, SELECTED, num_warps=8),
+                    "block_h32": with_steps(32, 32, steps, WINDOW, SELECTED, num_warps=8)}
+        for st in sorted({1, 2, 3, 5, 10, 20} - {steps}):
+            variants[f"steps{st}"] = with_steps(16, 32, st, WINDOW, SELECTED, num_warps=8)
+        for name, c in variants.items():
+            ws = make_workspace(inp.rows, h, D, WINDOW, SELECTED, "cuda", c)
+
+            def f(s, c=c, ws=ws, inp=inp):
+                a, kw = inp.call_args(s)
+                sparse_attn(*a, **kw, out=inp.sets[s]["out"], workspace=ws, config=c)
+
+            try:
+                us = f"{_timed(f, CALLS):9.2f} us"
+            except Exception as err:
+                us = f"failed: {type(err).__name__}: {str(err)[:200]}"
+            print(f"requests={b},q_len={ql},heads={h} {name:13s} {us}  {c}", flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="dsv4-decode bench sparse_attn",
                                 description=__doc__.split("\n")[0])
@@ -141,9 +172,14 @@ def main(argv=None) -> None:
                    help="requests 1, 8, 32 x q_len 6 at 16 heads and 1 x 6 at 64 heads")
     p.add_argument("--no-compiled", action="store_true",
                    help="skip the torch.compile baseline")
+    p.add_argument("--sweep", action="store_true",
+                   help="only time launch-config variants of ours (printed, no CSV rows)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench sparse_attn: needs a CUDA GPU")
+    if args.sweep:
+        sweep([(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64)])
+        return
     if args.quick:
         cases = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64)]
     else:

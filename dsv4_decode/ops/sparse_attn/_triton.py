@@ -284,7 +284,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
         HAS_SEL=has_sel,
         HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     if cfg.n_split > 1 and not cfg.fused_merge:
         _merge_kernel[(n_hb, t)](

@@ -26,6 +26,7 @@ class SparseAttnConfig:
     num_warps: int
     num_stages: int = 1  # Triton's pipeliner (the kernel prefetches one step by itself)
     fused_merge: bool = True  # last CTA merges (one launch) vs a separate merge kernel
+    maxnreg: int | None = None  # register cap (e.g. 128: two 8-warp CTAs per SM, some spills)
 
     @property
     def n_split(self) -> int:
