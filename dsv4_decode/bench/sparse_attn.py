@@ -146,6 +146,7 @@ def sweep(cases) -> None:
                     "maxnreg128": dataclasses.replace(base, maxnreg=128),
                     "maxnreg168": dataclasses.replace(base, maxnreg=168),
                     "stages2": dataclasses.replace(base, num_stages=2),
+                    "warps4": dataclasses.replace(base, num_warps=4),
                     "block_n16": with_steps(16, 16, 2 * steps, WINDOW, SELECTED, num_warps=8),
                     "block_h32": with_steps(32, 32, steps, WINDOW, SELECTED, num_warps=8)}
         for st in sorted({1, 2, 3, 5, 10, 20} - {steps}):

@@ -57,16 +57,20 @@ class Inputs:
         if c.spread:
             base = [[2, 900, 70000, 40][i % 4] + 37 * (i // 4) for i in range(c.requests)]
         max_pos = max(base) + c.q_len
-        # Entries visible to the last row of each request (ratio 1 for simplicity).
-        n_entries = [b + c.q_len for b in base]
+        # Compressed entries written per request: those visible at ratio 1, capped (the kernel
+        # does not check visibility; the indexer only lists visible entries).
+        n_entries = [min(b + c.q_len, 600) for b in base]
         max_pages = -(-max(n_entries) // c.page_size) + 1
         n_pages = c.requests * max_pages + 3
         # Poison: bytes that decode to NaN (e4m3 0x7F) wherever nothing valid was written.
-        self.window_cache = torch.full((n_slots, ring, C.window_record_bytes(d)), 0x7F,
-                                       dtype=torch.uint8)
+        # Caches live on `device` from the start (encoding there is fast on a GPU); the random
+        # values come from a CPU generator (the same inputs on every machine).
+        u8 = dict(dtype=torch.uint8, device=device)
+        self.window_cache = torch.full((n_slots, ring, C.window_record_bytes(d)), 0x7F, **u8)
         self.compressed = torch.full((n_pages, c.page_size, C.compressed_record_bytes(d)), 0x7F,
-                                     dtype=torch.uint8)
-        self.block_table = torch.full((n_slots, max_pages), -1, dtype=torch.int32)
+                                     **u8)
+        self.block_table = torch.full((n_slots, max_pages), -1, dtype=torch.int32,
+                                      device=device)
         alloc = C.PageAllocator(self.block_table, n_pages, c.page_size)
         slots = torch.randperm(n_slots, generator=g)[: c.requests]
         pos, row_slots = [], []
@@ -74,13 +78,13 @@ class Inputs:
             s, b = int(slots[r]), base[r]
             p_last = b + c.q_len - 1
             first = max(0, p_last - ring + 1)
-            kp = torch.arange(first, p_last + 1, dtype=torch.int32)
+            kp = torch.arange(first, p_last + 1, dtype=torch.int32, device=device)
             C.write_window(self.window_cache, torch.full_like(kp, s), kp,
-                           torch.randn(len(kp), d, generator=g))
+                           torch.randn(len(kp), d, generator=g).to(device))
             alloc.reserve(s, n_entries[r])
-            ent = torch.arange(n_entries[r], dtype=torch.int32)
+            ent = torch.arange(n_entries[r], dtype=torch.int32, device=device)
             C.write_compressed(self.compressed, self.block_table, torch.full_like(ent, s), ent,
-                               torch.randn(len(ent), d, generator=g) * 2)
+                               torch.randn(len(ent), d, generator=g).to(device) * 2)
             pos += list(range(b, b + c.q_len))
             row_slots += [s] * c.q_len
         t = len(pos)
@@ -100,8 +104,7 @@ class Inputs:
             # An entry on an allocated slot's unallocated page (page id -1): masked.
             idx[:, -1] = (max_pages - 1) * c.page_size
             self.indices = idx
-        for name in ("window_cache", "compressed", "block_table", "positions", "row_slots",
-                     "q", "sinks", "cos", "sin", "indices"):
+        for name in ("positions", "row_slots", "q", "sinks", "cos", "sin", "indices"):
             v = getattr(self, name)
             if v is not None:
                 setattr(self, name, v.to(device))
