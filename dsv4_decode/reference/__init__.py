@@ -15,14 +15,14 @@ from .engram import EngramLayout, compress_tokens, engram_forward, hash_ids
 from .indexer import candidate_mask, index_query, index_scores, topk_indices
 from .mhc import hc_collapse, hc_expand, hc_mix
 from .model import ReferenceModel
-from .moe import route, swiglu_expert
+from .moe import dequant_expert, route, swiglu_expert
 from .norm_rope import apply_rope, linear, rms_norm, rope_freqs
 from .state import RequestState
 
 __all__ = [
     "EngramLayout", "ReferenceModel", "RequestState", "apply_rope", "candidate_mask",
-    "compress_tokens", "compressor_proj", "engram_forward", "hash_ids", "hc_collapse",
-    "hc_expand", "hc_mix", "index_query", "index_scores", "latent_outputs", "linear",
-    "output_projection", "pool_groups", "q_path", "rms_norm", "rope_freqs", "route",
+    "compress_tokens", "compressor_proj", "dequant_expert", "engram_forward", "hash_ids",
+    "hc_collapse", "hc_expand", "hc_mix", "index_query", "index_scores", "latent_outputs",
+    "linear", "output_projection", "pool_groups", "q_path", "rms_norm", "rope_freqs", "route",
     "sparse_attention", "swiglu_expert", "topk_indices", "window_kv",
 ]

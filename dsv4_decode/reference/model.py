@@ -35,7 +35,7 @@ from .compressor import compressor_proj, latent_outputs, pool_groups
 from .engram import EngramLayout, compress_tokens, engram_forward, hash_ids
 from .indexer import candidate_mask, index_query, index_scores, topk_indices
 from .mhc import hc_collapse, hc_expand, hc_mix
-from .moe import route, swiglu_expert
+from .moe import dequant_expert, route, swiglu_expert
 from .norm_rope import apply_rope, linear, rms_norm, rope_freqs
 from .state import RequestState
 
@@ -131,8 +131,8 @@ class ReferenceModel:
             for n in ("w1", "w3", "w2"):
                 t = self._get(pre + n + ".weight")
                 if t.dtype == torch.uint8:
-                    t = formats.dequant_mxfp4(t, self._get(pre + n + ".scale"),
-                                              self.cfg.expert_scale_block)
+                    t = dequant_expert(t, self._get(pre + n + ".scale"),
+                                       self.cfg.expert_scale_block)
                 ws.append(t)
             cache[e] = tuple(ws)
         return cache[e]

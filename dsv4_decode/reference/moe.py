@@ -7,7 +7,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from dsv4_decode import formats
+
 from .norm_rope import linear
+
+
+def dequant_expert(packed: torch.Tensor, scale: torch.Tensor, block: int) -> torch.Tensor:
+    """MXFP4 expert weight -> fp32 ``[out, in]``: packed e2m1 ``uint8 [out, in/2]`` (element
+    2k in the low nibble), ue8m0 ``uint8 [out, in/block]``. Same values as
+    ``formats.dequant_mxfp4``, through a 256-entry byte -> (low, high) table (one gather
+    instead of per-nibble arithmetic: experts are dequantised on every call)."""
+    codes = torch.arange(256, device=packed.device)
+    lut = formats.e2m1_decode(torch.stack((codes & 15, codes >> 4), dim=-1))  # [256, 2]
+    out_f = packed.shape[0]
+    v = lut[packed.int()].reshape(out_f, scale.shape[1], block)
+    return (v * formats.ue8m0_decode(scale)[..., None]).reshape(out_f, -1)
 
 
 def route(x: torch.Tensor, gate_w: torch.Tensor, bias: torch.Tensor, top_k: int,

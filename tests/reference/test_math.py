@@ -15,6 +15,7 @@ from dsv4_decode.reference import (
     EngramLayout,
     apply_rope,
     candidate_mask,
+    dequant_expert,
     engram_forward,
     hash_ids,
     hc_collapse,
@@ -222,3 +223,9 @@ def test_engram_forward_gate():
             gate = torch.sigmoid(torch.sign(dot) * dot.abs().clamp_min(1e-6).sqrt())
             ref = (hs + gate * kv[t, n * d:]).bfloat16()
             torch.testing.assert_close(out[t, k], ref, rtol=8e-3, atol=1e-2)
+
+
+def test_dequant_expert_matches_formats():
+    w = randn(64, 96)
+    packed, scale = formats.quant_mxfp4_weight(w, 32)
+    assert torch.equal(dequant_expert(packed, scale, 32), formats.dequant_mxfp4(packed, scale, 32))

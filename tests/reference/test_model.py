@@ -16,6 +16,7 @@ import torch
 from ref_cases import record_dims, tiny, tiny_indexer_engram
 
 from dsv4_decode import formats
+from dsv4_decode.config import ModelConfig
 from dsv4_decode.reference import ReferenceModel
 from dsv4_decode.reference import model as model_module
 from dsv4_decode.weights import random_weights
@@ -241,3 +242,28 @@ def test_attention_reads_window_and_visible_entries(monkeypatch):
         match = (rest[:, None, :] == visible[None, :, :]).all(-1)  # [k, n]
         assert match.any(1).all(), (layer, p)
         assert len({int(j) for j in match.float().argmax(1)}) == rest.shape[0]
+
+
+@pytest.mark.gpu
+def test_flash_shapes_cuda_decode_matches_prefill():
+    """V4.1-Flash layer shapes (D 5120, 64 heads x 512, q_lora 1280, index 32 x 128, MXFP4
+    experts 2304 wide) at reduced depth (layers [0, 0 + engram, 2, 1], 8 experts, a 1000-
+    bucket-start engram) on CUDA: decode (2-token prefill, then q_len 6) matches one-shot
+    prefill. Not exact on CUDA (reductions may split by row count): logits within
+    5e-2 * max |logit|, same greedy token on every row; activations stay O(1)."""
+    from dsv4_decode.reference import EngramLayout
+
+    cfg = ModelConfig.preset("v41-flash").replace(
+        num_hidden_layers=4, compress_ratios=(0, 0, 2, 1, 0, 0, 0), kv_source_layer_ids=(2, 3),
+        index_source_layer_ids=(2, 3), candidate_source_layer_id=3, engram_layer_ids=(1,),
+        engram_num_embeddings=(0,), engram_vocab_size=1000, n_routed_experts=8,
+        dspark_target_layer_ids=(0, 1, 2))
+    cfg = cfg.replace(engram_num_embeddings=EngramLayout.from_config(cfg).rows)
+    model = ReferenceModel(cfg, random_weights(cfg, seed=0, device="cuda"), device="cuda")
+    toks = _tokens(8, 3, cfg.vocab_size).cuda()
+    ref = model.prefill(toks, model.new_request())
+    st = model.new_request()
+    out = torch.cat((model.prefill(toks[:2], st), model.decode(toks[None, 2:], [st])[0]))
+    assert torch.isfinite(ref).all() and 0.1 < ref.std() < 10
+    assert (out - ref).abs().max() <= 5e-2 * ref.abs().max()
+    assert torch.equal(out.argmax(-1), ref.argmax(-1))
