@@ -25,14 +25,14 @@ from __future__ import annotations
 from collections import Counter
 
 from ..config import ModelConfig
-from .loader import load, save_checkpoint
+from .loader import load, load_tokenizer, save_checkpoint
 from .names import COMPONENTS, Param, engram_primes, engram_rows, param_table
 from .random import random_weights
 from .shard import check_tp, local_shape, shard
 
-__all__ = ["COMPONENTS", "Param", "engram_primes", "engram_rows", "load", "local_shape",
-           "param_bytes", "param_counts", "param_table", "random_weights", "save_checkpoint",
-           "shard"]
+__all__ = ["COMPONENTS", "Param", "engram_primes", "engram_rows", "load", "load_tokenizer",
+           "local_shape", "param_bytes", "param_counts", "param_table", "random_weights",
+           "save_checkpoint", "shard"]
 
 
 def param_counts(cfg: ModelConfig, tp: int = 1) -> dict[str, int]:

@@ -94,6 +94,17 @@ def load(model_dir, cfg: ModelConfig | None = None, tp: int = 1, rank: int = 0, 
     return cfg, out
 
 
+def load_tokenizer(model_dir):
+    """The ``tokenizers.Tokenizer`` of ``model_dir/tokenizer.json``, or None when the folder
+    has no ``tokenizer.json``."""
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.exists():
+        return None
+    from tokenizers import Tokenizer  # only needed for text prompts
+
+    return Tokenizer.from_file(str(path))
+
+
 def save_checkpoint(model_dir, cfg: ModelConfig, weights: dict[str, torch.Tensor],
                     shards: int = 1) -> Path:
     """Write ``weights`` (whole tensors, tp = 1, the contract of ``cfg``) as a checkpoint in
@@ -215,6 +226,9 @@ def _pow2_to_ue8m0(t: torch.Tensor, stored: str, file: str) -> torch.Tensor:
 
 def _dequantize(w: dict[str, torch.Tensor], table: dict[str, Param], cfg: ModelConfig):
     """FP8 / MXFP4 / engram-row weights -> bf16 (exact), scale entries dropped."""
+    if cfg.weight_block_size[0] != cfg.weight_block_size[1]:
+        raise ValueError(f"weight_block_size: dequantize needs square FP8 blocks, got "
+                         f"{cfg.weight_block_size}")
     out = {}
     for name, t in w.items():
         p = table[name]

@@ -201,3 +201,15 @@ def test_load_to_gpu(ckpt):
     assert all(t.is_cuda for t in got.values())
     want = random_weights(cfg, seed=7, tp=2, rank=0)
     assert_same_weights({k: v.cpu() for k, v in got.items()}, want)
+
+
+def test_load_tokenizer(tmp_path):
+    from dsv4_decode.weights import load_tokenizer
+
+    assert load_tokenizer(tmp_path) is None
+    tk = pytest.importorskip("tokenizers")
+    Tokenizer, models, pre_tokenizers = tk.Tokenizer, tk.models, tk.pre_tokenizers
+    tok = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    assert load_tokenizer(tmp_path).encode("a b c").ids == [0, 1, 2]
