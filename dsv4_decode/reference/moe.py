@@ -35,7 +35,7 @@ def route(x: torch.Tensor, gate_w: torch.Tensor, bias: torch.Tensor, top_k: int,
     order = torch.sort(sigma + bias, dim=-1, descending=True, stable=True).indices
     experts = order[:, :top_k]
     w = sigma.gather(1, experts)
-    if renorm:
+    if renorm and top_k > 1:  # HF skips the renormalisation for a single expert
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
     return experts, w * route_scale
 
