@@ -13,8 +13,6 @@ expert, weight, nibble order or scale would give (O(1) relative).
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -26,6 +24,7 @@ from dsv4_decode.ops.moe import (
     build_routing,
     moe_experts,
     moe_experts_ref,
+    prepare_moe_weights,
     route,
     route_ref,
 )
@@ -75,9 +74,11 @@ def check_close(y, ref):
     assert rms <= 2**-8 * ref.pow(2).mean().sqrt().item(), f"RMS error {rms}"
 
 
-def run_experts(x, routing, weights, config=None):
+def run_experts(x, routing, weights, config=None, prepared=None):
+    """Kernel output for checkpoint-layout ``weights`` (poisoned ``out``: NaN if unwritten)."""
+    prepared = prepared or prepare_moe_weights(*weights)
     out = torch.full(x.shape, float("nan"), dtype=torch.bfloat16, device=x.device)
-    return moe_experts(x, routing, *weights, out=out, config=config)
+    return moe_experts(x, routing, prepared, out=out, config=config)
 
 
 def ref_experts(x, routing, weights):
@@ -207,31 +208,44 @@ def test_deterministic_and_workspace(device, cpu_experts):
     ws = alloc_moe_workspace(3, 2, D, I, device)
     out = torch.empty(3, D, dtype=torch.bfloat16, device=device)
     route(x, gw, gb, top_k=2, out=r)
-    a = moe_experts(x, r, *weights, out=out, workspace=ws).clone()
-    b = moe_experts(x, route(x, gw, gb, top_k=2), *weights)
+    prepared = prepare_moe_weights(*weights)
+    a = moe_experts(x, r, prepared, out=out, workspace=ws).clone()
+    b = moe_experts(x, route(x, gw, gb, top_k=2), prepared)
     assert torch.equal(a, b)
 
 
 def test_bad_arguments(device, cpu_experts):
-    weights = tuple(t.to(device) for t in cpu_experts[:4]) + (None,)
+    raw = tuple(t.to(device) for t in cpu_experts[:4]) + (None,)
+    prepared = prepare_moe_weights(*raw)
     x = torch.randn(2, D).to(torch.bfloat16).to(device)
     r = build_routing(torch.zeros(2, 1, dtype=torch.int32, device=device),
                       torch.ones(2, 1, device=device), E)
     with pytest.raises(ValueError, match="x"):
-        moe_experts(x.float(), r, *weights)
+        moe_experts(x.float(), r, prepared)
+    with pytest.raises(ValueError, match="weights"):
+        moe_experts(x, r, raw)
     with pytest.raises(ValueError, match="w2_scales"):
-        moe_experts(x, r, *weights[:3], weights[3][:, :, :1], None)
+        prepare_moe_weights(*raw[:3], raw[3][:, :, :1], None)
     with pytest.raises(ValueError, match="routing"):
-        moe_experts(x[:1], r, *weights)
+        moe_experts(x[:1], r, prepared)
     with pytest.raises(ValueError, match="top_k"):
         route(x, torch.zeros(4, D, dtype=torch.bfloat16, device=device),
               torch.zeros(4, device=device), top_k=5)
-    w16 = make_experts(2, 64, 32, device, torch.Generator().manual_seed(1), block=16,
-                       shared=False)
-    r16 = build_routing(torch.zeros(1, 1, dtype=torch.int32, device=device),
-                        torch.ones(1, 1, device=device), 2)
-    with pytest.raises(ValueError, match="mx_native"):
-        moe_experts(x[:1, :64], r16, *w16, config=MoEConfig(mx_native=True))
+    with pytest.raises(ValueError, match="block_m"):
+        moe_experts(x, r, prepared, config=MoEConfig(block_m=32))
+
+
+def test_repack_roundtrip():
+    """The repacked word j holds k = 8j + NIBBLE_PERM[p] at nibble p."""
+    from dsv4_decode.formats import unpack_nibbles
+    from dsv4_decode.ops.moe import repack_mxfp4
+    from dsv4_decode.ops.moe.api import NIBBLE_PERM
+    packed = torch.randint(0, 256, (3, 16), dtype=torch.uint8)
+    words = repack_mxfp4(packed).view(torch.uint8)
+    nib, rep = unpack_nibbles(packed), unpack_nibbles(words)
+    for k in range(32):
+        j, off = divmod(k, 8)
+        assert torch.equal(rep[:, 8 * j + NIBBLE_PERM.index(off)], nib[:, k])
 
 
 # --------------------------------------------------------------------------- GPU: production
@@ -248,16 +262,15 @@ def gpu_bank():
     return experts, make_router(384, d, "cuda", gen)
 
 
-def _configs():
-    from dsv4_decode.ops.moe.config import pick_config
-    base = pick_config(1, 32, True)
-    return {"native": base, "dequant": dataclasses.replace(base, mx_native=False)}
+@pytest.fixture(scope="module")
+def gpu_prepared(gpu_bank):
+    return prepare_moe_weights(*gpu_bank[0])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["native", "dequant"])
+@pytest.mark.parametrize("tiles", ["n32", "n64"])
 @pytest.mark.parametrize("rows", [1, 6, 12, 48, 96, 192])
-def test_gpu_route_and_experts(gpu_bank, rows, path):
+def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     experts, (gw, gb) = gpu_bank
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda()
@@ -266,13 +279,15 @@ def test_gpu_route_and_experts(gpu_bank, rows, path):
     assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
     torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
     check_record(r)
-    y = run_experts(x, r, experts, config=_configs()[path])
+    n = int(tiles[1:])
+    cfg = MoEConfig(up_n=n, down_n=2 * n)
+    y = run_experts(x, r, experts, config=cfg, prepared=gpu_prepared)
     check_close(y, ref_experts(x, r, experts))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["same", "distinct", "padding", "extreme"])
-def test_gpu_cases(gpu_bank, case):
+def test_gpu_cases(gpu_bank, gpu_prepared, case):
     experts, _ = gpu_bank
     gen = torch.Generator().manual_seed(7)
     rows = 64 if case != "distinct" else 48  # distinct: 48 * 6 = 288 <= 384 experts
@@ -284,7 +299,7 @@ def test_gpu_cases(gpu_bank, case):
     x = torch.randn(rows, 5120, generator=gen) * (200 if case == "extreme" else 1)
     x = x.to(torch.bfloat16).cuda()
     r = build_routing(ids.cuda(), w.cuda(), 384)
-    check_close(run_experts(x, r, experts), ref_experts(x, r, experts))
+    check_close(run_experts(x, r, experts, prepared=gpu_prepared), ref_experts(x, r, experts))
 
 
 @pytest.mark.gpu
@@ -294,13 +309,14 @@ def test_gpu_other_shapes(shape):
     d, inter = PROD["tp1"] if shape == "tp1" else PROD["tp4"]
     n_exp, k = (16, 6) if shape == "tp1" else (128, 3)
     experts = make_experts(n_exp, d, inter, "cuda", gen, quantizer=False)
+    prepared = prepare_moe_weights(*experts)
     gw, gb = make_router(n_exp, d, "cuda", gen)
     for rows in (1, 6, 48):
         x = torch.randn(rows, d, generator=gen).to(torch.bfloat16).cuda()
         r = route(x, gw, gb, top_k=k)
         ids, _ = route_ref(x, gw, gb, top_k=k)
         assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
-        check_close(run_experts(x, r, experts), ref_experts(x, r, experts))
+        check_close(run_experts(x, r, experts, prepared=prepared), ref_experts(x, r, experts))
 
 
 @pytest.mark.gpu
@@ -315,12 +331,13 @@ def test_gpu_block16():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 48])
-def test_gpu_graph_replays_bitwise(gpu_bank, rows):
+def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
     """Capture route + experts once; 500 replays alternating two inputs equal eager bitwise."""
-    experts, (gw, gb) = gpu_bank
+    _, (gw, gb) = gpu_bank
+    experts = gpu_prepared
     gen = torch.Generator().manual_seed(13)
     inputs = [torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda() for _ in range(2)]
-    eager = [moe_experts(v, route(v, gw, gb), *experts) for v in inputs]
+    eager = [moe_experts(v, route(v, gw, gb), experts) for v in inputs]
     x = inputs[0].clone()
     r = alloc_routing(rows, 6, 384, 5120, "cuda")
     ws = alloc_moe_workspace(rows, 6, 5120, 576, "cuda")
@@ -328,7 +345,7 @@ def test_gpu_graph_replays_bitwise(gpu_bank, rows):
 
     def step():
         route(x, gw, gb, out=r)
-        moe_experts(x, r, *experts, out=out, workspace=ws)
+        moe_experts(x, r, experts, out=out, workspace=ws)
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -118,6 +118,60 @@ def _route_record_kernel(ids_ptr, entries_ptr, shift_ptr, N, CAP: tl.constexpr,
 
 # --------------------------------------------------------------------------- dequant helpers
 
+# Routed weights are repacked at load time (api.prepare_moe_weights): each 32-bit word of a
+# row holds 8 e2m1 values, k = 8j + PERM[p] at nibble p (bits 4p..4p+3). Word -> bf16:
+# ``_pair`` shifts nibble p and p+4 (16 bits apart) into bf16 sign / exponent / mantissa bits of
+# both halves at once (``c << 6`` is the bf16 pattern of value * 2^-126, subnormal for 0.5);
+# the scale multiply 2^(s-64) makes it value * 2^(s-127) * 2^-63 (exact, normal bf16) and the
+# accumulator is multiplied by 2^63 at the end. PERM makes the three joins yield k order.
+_SIGN2 = tl.constexpr(-2147450880)  # 0x80008000 as int32: the sign bits of both bf16 halves
+_CODE2 = tl.constexpr(0x01C001C0)  # exponent (2 bits) + mantissa msb of both halves
+_POW63 = tl.constexpr(9.223372036854775808e18)  # 2**63
+
+
+@triton.jit
+def _pair(q, SH_CODE: tl.constexpr, SH_SIGN: tl.constexpr):
+    """int32 words -> ``[.., 2]`` int16 bf16 bit patterns (value * 2^-126) of the nibbles p,
+    p+4 where ``SH_CODE = 6 - 4p`` and ``SH_SIGN = 12 - 4p``."""
+    if SH_CODE >= 0:
+        code = (q << SH_CODE) & _CODE2
+    else:
+        code = (q >> (-SH_CODE)) & _CODE2
+    bits = code | ((q << SH_SIGN) & _SIGN2)
+    return tl.join(bits.to(tl.int16), (bits >> 16).to(tl.int16))
+
+
+@triton.jit
+def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
+             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, BF16_VIA_F32: tl.constexpr):
+    """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
+    ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` (int32 words
+    ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; the result is 2^-63 times the true
+    product (see above). BF16_VIA_F32: do the (exact) scale product in fp32, for the CPU
+    interpreter, whose bf16 arithmetic works on raw bit patterns."""
+    BN: tl.constexpr = acc.shape[0]
+    offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
+    q = tl.load(w_ptr + offs_n[:, None] * (K // 8) + offs_w[None, :], mask=n_ok[:, None],
+                other=0)
+    w = tl.join(tl.join(_pair(q, 6, 12), _pair(q, 2, 8)),
+                tl.join(_pair(q, -2, 4), _pair(q, -6, 0)))
+    offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
+    ws = tl.load(s_ptr + offs_n[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
+                 mask=n_ok[:, None], other=127).to(tl.int32)
+    sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
+    w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
+    if BF16_VIA_F32:
+        wf = ((w.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+        w = (wf * sc.to(tl.float32)[:, :, None]).to(tl.bfloat16)
+    else:
+        # packed bf16x2 multiplies; the 0.5 code enters as a bf16 subnormal (kept by HMUL2)
+        w = w.to(tl.bfloat16, bitcast=True) * sc[:, :, None]
+    w = w.reshape(BN, BLOCK_K)
+    offs_k = it * BLOCK_K + tl.arange(0, BLOCK_K)
+    xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
+                 other=0.0)
+    return tl.dot(w, xt, acc)
+
 
 @triton.jit
 def _ue8m0_to_f32(s):
@@ -126,67 +180,21 @@ def _ue8m0_to_f32(s):
 
 
 @triton.jit
-def _e2m1_to_f32(nib):
-    """e2m1 nibble (int32 0..15) -> fp32: magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}."""
-    c = nib & 7
-    ex = c >> 1
-    m = c & 1
-    twice = tl.where(ex == 0, m, (2 + m) << tl.maximum(ex - 1, 0))  # 2 * |value|
-    mag = twice.to(tl.float32) * 0.5
-    return tl.where((nib & 8) != 0, -mag, mag)
-
-
-@triton.jit
-def _mx_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n, n_ok,
-            SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, MX_NATIVE: tl.constexpr):
-    """``acc [BM, BN] += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` with ``k0 = it * BK`` for
-    MXFP4 ``W`` stored ``[N, K/2]`` packed (low nibble = even k) with ue8m0 scales
-    ``[N, K/SCALE_BLOCK]``; ``K % BK == 0`` (no K masks, so loads stay 16-byte vectors).
-
-    MX_NATIVE: Triton's ``dot_scaled`` (bf16 x e2m1, block 32; upcast in registers on SM90).
-    Otherwise: explicit dequant to bf16 and two dots over the even / odd k (any block)."""
-    # Offsets from ``it`` by multiplication: the compiler keeps their 16-byte alignment.
-    offs_k = it * BLOCK_K + tl.arange(0, BLOCK_K)
-    offs_b = it * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-    xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=row_ok[:, None],
-                 other=0.0)
-    wq = tl.load(w_ptr + offs_n[None, :] * (K // 2) + offs_b[:, None], mask=n_ok[None, :],
-                 other=0)
-    if MX_NATIVE:
-        offs_s = it * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
-        ws = tl.load(s_ptr + offs_n[:, None] * (K // 32) + offs_s[None, :], mask=n_ok[:, None],
-                     other=127)
-        acc = tl.dot_scaled(xt, None, "bf16", wq, ws, "e2m1", acc)
-    else:
-        x_even, x_odd = tl.split(tl.reshape(xt, (xt.shape[0], BLOCK_K // 2, 2)))
-        s_col = (it * BLOCK_K + 2 * tl.arange(0, BLOCK_K // 2)) // SCALE_BLOCK
-        ws = tl.load(s_ptr + offs_n[None, :] * (K // SCALE_BLOCK) + s_col[:, None],
-                     mask=n_ok[None, :], other=127)
-        scale = _ue8m0_to_f32(ws)
-        q = wq.to(tl.int32)
-        lo = (_e2m1_to_f32(q & 15) * scale).to(tl.bfloat16)
-        hi = (_e2m1_to_f32(q >> 4) * scale).to(tl.bfloat16)
-        acc = tl.dot(x_even, lo, acc)
-        acc = tl.dot(x_odd, hi, acc)
-    return acc
-
-
-@triton.jit
 def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
              n_ok, BLOCK_K: tl.constexpr):
-    """``acc += x[rows, k0:k0+BK] @ W[offs_n, k0:k0+BK]^T`` (``k0 = it * BK``, ``K % BK == 0``)
-    for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block (``[ceil(N/32), K/32]``),
-    applied to each 32-deep partial product."""
+    """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
+    ``K % BK == 0``) for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block
+    (``[ceil(N/32), K/32]``), applied to each 32-deep partial product."""
     for kk in tl.static_range(BLOCK_K // 32):
         offs_k = it * BLOCK_K + kk * 32 + tl.arange(0, 32)
-        xt = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=row_ok[:, None],
+        xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
                      other=0.0)
-        wt = tl.load(w_ptr + offs_n[None, :] * K + offs_k[:, None], mask=n_ok[None, :],
+        wt = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None],
                      other=0.0)
         s = tl.load(s_ptr + (offs_n // 32) * (K // 32) + it * (BLOCK_K // 32) + kk, mask=n_ok,
                     other=0)
-        part = tl.dot(xt, wt.to(tl.bfloat16))
-        acc += part * _ue8m0_to_f32(s)[None, :]
+        part = tl.dot(wt.to(tl.bfloat16), xt)
+        acc += part * _ue8m0_to_f32(s)[:, None]
     return acc
 
 
@@ -204,15 +212,16 @@ def _swiglu(g, u):
 def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
                    T, stride_x, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
                    TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MX_NATIVE: tl.constexpr):
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BF16_VIA_F32: tl.constexpr):
     """Tile ``pid_m < MAX_TILES``: BLOCK_M entries of one routed expert; beyond: BLOCK_M rows of
-    the shared expert. ``h[entry, n] = swiglu(W1 x, W3 x)`` for ``n`` in this CTA's BLOCK_N."""
+    the shared expert. ``h[entry, n] = swiglu(W1 x, W3 x)`` for ``n`` in this CTA's BLOCK_N.
+    Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights as the MMA's M side: few rows per tile)."""
     pid_m = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < I
     offs_m = tl.arange(0, BLOCK_M)
-    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if pid_m < MAX_TILES:
         first = tl.load(entries_ptr + pid_m * BLOCK_M)
         if first >= 0:  # tiles past the last expert's group are idle
@@ -220,18 +229,18 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             e = tl.load(ids_ptr + first).to(tl.int64)
-            wg = w13_ptr + e * (2 * I) * (D // 2)
+            wg = w13_ptr + e * (2 * I) * (D // 8)
             sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
-            wu = wg + I * (D // 2)
+            wu = wg + I * (D // 8)
             su = sg + I * (D // SCALE_BLOCK)
             for it in range(D // BLOCK_K):
-                acc_g = _mx_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
-                                SCALE_BLOCK, BLOCK_K, MX_NATIVE)
-                acc_u = _mx_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
-                                SCALE_BLOCK, BLOCK_K, MX_NATIVE)
-            h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
-            tl.store(h_ptr + ent[:, None].to(tl.int64) * I + offs_n[None, :], h,
-                     mask=ok[:, None] & n_ok[None, :])
+                acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
+                                 SCALE_BLOCK, BLOCK_K, BF16_VIA_F32)
+                acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
+                                 SCALE_BLOCK, BLOCK_K, BF16_VIA_F32)
+            h = _swiglu(acc_g * _POW63, acc_u * _POW63).to(tl.bfloat16)
+            tl.store(h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None], h,
+                     mask=ok[None, :] & n_ok[:, None])
     else:
         rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
         ok = rows < T
@@ -242,22 +251,22 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
             acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, sw13_ptr + I * D, ssu,
                              offs_n, n_ok, BLOCK_K)
         h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
-        tl.store(h_ptr + (N_ENTRIES + rows[:, None]).to(tl.int64) * I + offs_n[None, :], h,
-                 mask=ok[:, None] & n_ok[None, :])
+        tl.store(h_ptr + (N_ENTRIES + rows[None, :]).to(tl.int64) * I + offs_n[:, None], h,
+                 mask=ok[None, :] & n_ok[:, None])
 
 
 @triton.jit
 def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
                      T, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, MX_NATIVE: tl.constexpr):
+                     BLOCK_K: tl.constexpr, BF16_VIA_F32: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     tiles as in ``_moe_up_kernel`` (shared rows live at entries ``N_ENTRIES + t``)."""
     pid_m = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < D
     offs_m = tl.arange(0, BLOCK_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if pid_m < MAX_TILES:
         first = tl.load(entries_ptr + pid_m * BLOCK_M)
         if first >= 0:
@@ -265,13 +274,13 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             e = tl.load(ids_ptr + first).to(tl.int64)
-            w = w2_ptr + e * D * (I // 2)
+            w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
-                acc = _mx_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
-                              SCALE_BLOCK, BLOCK_K, MX_NATIVE)
-            tl.store(part_ptr + hrows[:, None] * D + offs_n[None, :], acc,
-                     mask=ok[:, None] & n_ok[None, :])
+                acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
+                               SCALE_BLOCK, BLOCK_K, BF16_VIA_F32)
+            tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
+                     mask=ok[None, :] & n_ok[:, None])
     else:
         rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
         ok = rows < T
@@ -279,8 +288,8 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
         for it in range(I // BLOCK_K):
             acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
                            BLOCK_K)
-        tl.store(part_ptr + hrows[:, None] * D + offs_n[None, :], acc,
-                 mask=ok[:, None] & n_ok[None, :])
+        tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
+                 mask=ok[None, :] & n_ok[:, None])
 
 
 @triton.jit

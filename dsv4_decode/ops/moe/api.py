@@ -5,10 +5,11 @@ Public entry points:
 - ``route(x, gate_weight, gate_bias, top_k=6, route_scale=1.5)`` -> ``Routing``
   (3 launches: split-K logits, select, routing record);
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
-- ``moe_experts(x, routing, w13, w13_scales, w2, w2_scales, shared=None)`` -> ``[T, D]`` bf16
-  (3 launches: W1|W3 + SwiGLU, W2, combine);
-- ``prepare_moe_weights`` (load time), ``alloc_routing`` / ``alloc_moe_workspace`` (buffers
-  for graph capture).
+- ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
+  time: checks, and repacks the MXFP4 nibbles for the kernels);
+- ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (3 launches: W1|W3 + SwiGLU, W2,
+  combine);
+- ``alloc_routing`` / ``alloc_moe_workspace`` (buffers for graph capture).
 
 Graph safety: with ``out`` / ``workspace`` given nothing is allocated, nothing is synchronised,
 and every grid depends only on shapes (sized for the worst case; idle CTAs exit at once).
@@ -218,26 +219,83 @@ def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device) 
                         part=torch.empty(n, hidden, dtype=torch.float32, device=device))
 
 
-def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.Tensor,
-                        w2_scales: torch.Tensor, shared=None):
-    """Load-time step: checks the stacked tensors and returns them contiguous (as a tuple
-    ``(w13, w13_scales, w2, w2_scales, shared)`` for ``moe_experts``).
+# Nibble p of each repacked 32-bit word holds k = 8j + NIBBLE_PERM[p] (see _triton.py).
+NIBBLE_PERM = (0, 2, 1, 3, 4, 6, 5, 7)
 
-    No repack is needed: the kernels read the checkpoint layout as is (``dot_scaled`` takes
-    the ``[N, K/2]`` nibble rows, low nibble = even k, and the ``[N, K/32]`` ue8m0 rows; the
-    FP8 shared expert keeps its ``[N, K]`` rows and 32x32 block scales). ``w13`` is the
-    concatenation of W1 (rows 0..I-1) and W3 (rows I..2I-1) per expert, likewise the scales
-    and the shared ``w13``. See ``stack_experts`` for building them from checkpoint tensors.
+
+def repack_mxfp4(packed: torch.Tensor) -> torch.Tensor:
+    """Checkpoint MXFP4 rows ``uint8 [..., K/2]`` (low nibble = even k) -> the kernels' layout
+    ``int32 [..., K/8]``: word ``j`` holds ``k = 8j .. 8j+7``, ``k = 8j + NIBBLE_PERM[p]`` in
+    bits ``4p .. 4p+3`` (little-endian bytes). A permutation of nibbles within each 4 bytes,
+    so the bytes read per step are unchanged. Load time only (allocates)."""
+    if packed.dtype != torch.uint8 or packed.shape[-1] % 4:
+        _fail("packed", f"{packed.dtype} {tuple(packed.shape)}", "uint8 [..., K/2], K % 8 == 0")
+    perm = torch.tensor(NIBBLE_PERM, device=packed.device)
+    out = torch.empty(packed.shape, dtype=torch.uint8, device=packed.device)
+    flat_in, flat_out = packed.reshape(-1, packed.shape[-1]), out.view(-1, packed.shape[-1])
+    step = max(1, (1 << 26) // packed.shape[-1])  # rows per chunk: bounded temporaries
+    for r in range(0, flat_in.shape[0], step):
+        chunk = flat_in[r:r + step]
+        nib = torch.stack((chunk & 15, chunk >> 4), -1).reshape(chunk.shape[0], -1, 8)
+        nib = nib[..., perm].reshape(chunk.shape[0], -1, 2)
+        flat_out[r:r + step] = nib[..., 0] | (nib[..., 1] << 4)
+    return out.view(torch.int32)
+
+
+@dataclass(frozen=True)
+class MoEWeights:
+    """One MoE layer's expert weights in the kernels' layout (``prepare_moe_weights``).
+
+    w13         int32 ``[E, 2I, D/8]``: W1 (rows 0..I-1) then W3 (rows I..2I-1), MXFP4 repacked
+                by ``repack_mxfp4``; w13_scales uint8 ``[E, 2I, D/b]`` ue8m0 per ``b`` inputs.
+    w2          int32 ``[E, D, I/8]``; w2_scales uint8 ``[E, D, I/b]``.
+    shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
+                scale uint8 [D/32, I/32])``: the checkpoint layout, one ue8m0 per 32x32 block.
+    block       b, the MXFP4 scale block: 32 (V4.1) or 16.
     """
-    args = [w13.contiguous(), w13_scales.contiguous(), w2.contiguous(), w2_scales.contiguous()]
-    shared = None if shared is None else tuple(s.contiguous() for s in shared)
-    _check_weights(*args, shared)
-    return (*args, shared)
+
+    w13: torch.Tensor
+    w13_scales: torch.Tensor
+    w2: torch.Tensor
+    w2_scales: torch.Tensor
+    shared: tuple | None
+    block: int
+
+    @property
+    def n_experts(self) -> int:
+        return self.w13.shape[0]
+
+    @property
+    def hidden(self) -> int:
+        return self.w2.shape[1]
+
+    @property
+    def inter(self) -> int:
+        return self.w13.shape[1] // 2
 
 
-def stack_experts(state: dict, prefix: str, n_experts: int):
+def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.Tensor,
+                        w2_scales: torch.Tensor, shared=None) -> MoEWeights:
+    """Load-time step: checkpoint-layout stacked tensors -> ``MoEWeights``.
+
+    w13 uint8 ``[E, 2I, D/2]`` (W1 rows then W3 rows of each expert; two e2m1 per byte, low
+    nibble = even input index) + w13_scales uint8 ``[E, 2I, D/b]``; w2 uint8 ``[E, D, I/2]`` +
+    w2_scales uint8 ``[E, D, I/b]``; b = 32 or 16 (read from the scale shapes); ``shared`` as
+    in ``MoEWeights``. The nibbles are permuted within each 32-bit word (``repack_mxfp4``) so
+    the kernel turns 8 values into bf16 with a few 32-bit operations; everything else is kept.
+    ue8m0 scale bytes must lie in [64, 191] (weights between 2^-64 and 2^66; real checkpoints
+    use ~110..130): the kernels scale by ``2^(s-64)`` in bf16. Not for the decode step: it
+    allocates the repacked copies.
+    """
+    e, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
+    shared = None if shared is None else tuple(t.contiguous() for t in shared)
+    return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(), repack_mxfp4(w2),
+                      w2_scales.contiguous(), shared, block)
+
+
+def stack_experts(state: dict, prefix: str, n_experts: int) -> MoEWeights:
     """Checkpoint tensors of one MoE layer (``{prefix}experts.{e}.w1.weight`` ... and
-    ``{prefix}shared_experts.w1.weight`` ..., spec §2) -> ``prepare_moe_weights`` arguments."""
+    ``{prefix}shared_experts.w1.weight`` ..., spec §2) -> ``prepare_moe_weights``."""
     def ex(e, w, what):
         return state[f"{prefix}experts.{e}.{w}.{what}"]
 
@@ -257,15 +315,16 @@ def stack_experts(state: dict, prefix: str, n_experts: int):
 
 
 def _check_weights(w13, w13_scales, w2, w2_scales, shared):
+    """Checkpoint-layout checks; returns (E, D, I, block)."""
     if w13.dim() != 3 or w13.dtype != torch.uint8:
         _fail("w13", f"{w13.dtype} {tuple(w13.shape)}", "uint8 [E, 2I, D/2] (packed e2m1)")
     e, i2, dh = w13.shape
     d, i = 2 * dh, i2 // 2
     if i2 % 2 or i % 32 or d % 32:
-        _fail("w13", tuple(w13.shape), "2I and D multiples of 64 and 32 (I % 32 == 0)")
-    if w13_scales.dtype != torch.uint8 or w13_scales.shape[:2] != (e, i2) or \
-            w13_scales.dim() != 3 or d // w13_scales.shape[2] not in (16, 32) or \
-            d % w13_scales.shape[2]:
+        _fail("w13", tuple(w13.shape), "I and D multiples of 32")
+    if w13_scales.dtype != torch.uint8 or w13_scales.dim() != 3 or \
+            tuple(w13_scales.shape[:2]) != (e, i2) or d % w13_scales.shape[2] or \
+            d // w13_scales.shape[2] not in (16, 32):
         _fail("w13_scales", f"{w13_scales.dtype} {tuple(w13_scales.shape)}",
               f"uint8 [{e}, {i2}, {d}/b] with b = 32 or 16")
     block = d // w13_scales.shape[2]
@@ -274,10 +333,6 @@ def _check_weights(w13, w13_scales, w2, w2_scales, shared):
     if w2_scales.dtype != torch.uint8 or tuple(w2_scales.shape) != (e, d, i // block):
         _fail("w2_scales", f"{w2_scales.dtype} {tuple(w2_scales.shape)}",
               f"uint8 [{e}, {d}, {i // block}] (same block as w13_scales)")
-    for name, ten in (("w13", w13), ("w13_scales", w13_scales), ("w2", w2),
-                      ("w2_scales", w2_scales)):
-        if not ten.is_contiguous():
-            _fail(name, "a non-contiguous tensor", "contiguous (use prepare_moe_weights)")
     if shared is not None:
         if len(shared) != 4:
             _fail("shared", f"{len(shared)} tensors", "(w13, w13_scale, w2, w2_scale)")
@@ -286,40 +341,38 @@ def _check_weights(w13, w13_scales, w2, w2_scales, shared):
         names = ("shared[0] (w13)", "shared[1] (w13 scale)", "shared[2] (w2)",
                  "shared[3] (w2 scale)")
         for name, ten, (dt, shape) in zip(names, shared, want, strict=True):
-            if ten.dtype != dt or tuple(ten.shape) != shape or not ten.is_contiguous():
-                _fail(name, f"{ten.dtype} {tuple(ten.shape)}", f"contiguous {dt} {list(shape)}")
+            if ten.dtype != dt or tuple(ten.shape) != shape:
+                _fail(name, f"{ten.dtype} {tuple(ten.shape)}", f"{dt} {list(shape)}")
     return e, d, i, block
 
 
-def moe_experts(x: torch.Tensor, routing: Routing, w13: torch.Tensor, w13_scales: torch.Tensor,
-                w2: torch.Tensor, w2_scales: torch.Tensor, shared=None,
+def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
                 out: torch.Tensor | None = None, workspace: MoEWorkspace | None = None,
                 config: MoEConfig | None = None) -> torch.Tensor:
     """``out[t] = sum_i weights[t, i] * E_{ids[t, i]}(x[t]) + Shared(x[t])`` (spec §6.2-6.3).
 
     x           bf16 ``[T, D]``, unit column stride.
     routing     ``Routing`` of the same T (from ``route`` or ``build_routing``).
-    w13         uint8 ``[E, 2I, D/2]``: MXFP4 W1 (rows 0..I-1) and W3 (rows I..2I-1), two e2m1
-                per byte, low nibble = even input index; w13_scales uint8 ``[E, 2I, D/b]``
-                ue8m0 per ``b`` = 32 (or 16) consecutive inputs of a row.
-    w2          uint8 ``[E, D, I/2]``; w2_scales uint8 ``[E, D, I/b]``.
-    shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
-                scale uint8 [D/32, I/32])`` with one ue8m0 per 32x32 block.
+    weights     ``MoEWeights`` from ``prepare_moe_weights`` (MXFP4 routed experts, optional FP8
+                shared expert).
     Expert math: ``g, u = W1 x, W3 x`` (fp32 accumulate of bf16 x and the exactly dequantised
     weights), ``h = silu(min(g, 10)) * clamp(u, -10, 10)`` rounded to bf16, ``W2 h`` in fp32;
     the combine sums the k slots in order in fp32, then the shared expert, and rounds to bf16.
+    Rows whose slots are all -1 (padding) get the shared expert only.
     out         optional bf16 ``[T, D]`` (unit column stride); workspace optional
                 ``alloc_moe_workspace``; config optional ``MoEConfig`` (``pick_config``).
     """
     if x.dim() != 2 or x.dtype != torch.bfloat16 or x.stride(1) != 1:
         _fail("x", f"{x.dtype} {tuple(x.shape)}", "bf16 [T, D] with unit column stride")
+    if not isinstance(weights, MoEWeights):
+        _fail("weights", type(weights).__name__, "MoEWeights (prepare_moe_weights)")
     t = x.shape[0]
-    n_exp, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
+    n_exp, d, inter, block = weights.n_experts, weights.hidden, weights.inter, weights.block
     if x.shape[1] != d:
         _fail("x", tuple(x.shape), f"[T, {d}] (D of the weights)")
     if routing.rows != t or routing.n_experts != n_exp:
         _fail("routing", f"rows={routing.rows}, E={routing.n_experts}", f"rows={t}, E={n_exp}")
-    for name, ten in (("w13", w13), ("w2", w2), ("routing", routing.ids)):
+    for name, ten in (("weights", weights.w13), ("routing", routing.ids)):
         if ten.device != x.device:
             _fail(name, ten.device, f"the device of x ({x.device})")
     if out is None:
@@ -332,26 +385,28 @@ def moe_experts(x: torch.Tensor, routing: Routing, w13: torch.Tensor, w13_scales
     elif tuple(workspace.h.shape) != (t * k + t, inter) or \
             tuple(workspace.part.shape) != (t * k + t, d):
         _fail("workspace", f"h {tuple(workspace.h.shape)}", f"alloc_moe_workspace({t}, {k}, ...)")
-    cfg = config or pick_config(t, block, x.is_cuda)
+    cfg = config or pick_config(t, k, x.is_cuda)
     if cfg.block_m != routing.block_m:
         _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
-    if cfg.mx_native and block != 32:
-        _fail("config.mx_native", True, "scale block 32 (dot_scaled); this checkpoint has 16")
     n_entries = t * k
     tiles = routing.max_tiles
+    shared = weights.shared
     m_tiles = tiles + (triton.cdiv(t, cfg.block_m) if shared is not None else 0)
-    sw13, ss13, sw2, ss2 = shared if shared is not None else (w13, w13_scales, w2, w2_scales)
-    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    w = weights
+    sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
+                                                              w.w2_scales)
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                  BF16_VIA_F32=not x.is_cuda)
     K._moe_up_kernel[(m_tiles, triton.cdiv(inter, cfg.up_n))](
-        x, routing.entries, routing.ids, w13, w13_scales, sw13, ss13, workspace.h,
+        x, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, workspace.h,
         t, x.stride(0), n_entries, tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=_k_step(cfg.up_k, d), MX_NATIVE=cfg.mx_native, **launch)
+        BLOCK_K=_k_step(cfg.up_k, d), **launch)
     K._moe_down_kernel[(m_tiles, triton.cdiv(d, cfg.down_n))](
-        workspace.h, routing.entries, routing.ids, w2, w2_scales, sw2, ss2, workspace.part,
+        workspace.h, routing.entries, routing.ids, w.w2, w.w2_scales, sw2, ss2, workspace.part,
         t, n_entries, tiles, D=d, I=inter,
         SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n,
-        BLOCK_K=_k_step(cfg.down_k, inter), MX_NATIVE=cfg.mx_native, **launch)
+        BLOCK_K=_k_step(cfg.down_k, inter), **launch)
     K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
         workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
         TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)

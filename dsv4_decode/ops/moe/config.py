@@ -11,17 +11,14 @@ class MoEConfig:
 
     block_m: entries per tile (rows of one expert, padded; the tensor-core minimum is 16).
     up_n / down_n: output channels per CTA (of I for W1|W3, of D for W2); up_k / down_k: the
-    K step (halved where it does not divide K). mx_native: use Triton's ``dot_scaled`` for
-    the MXFP4 weights (block 32 only) instead of the explicit dequant + ``dot``.
-    num_warps / num_stages: as in Triton.
+    K step (halved where it does not divide K). num_warps / num_stages: as in Triton.
     """
 
     block_m: int = 16
-    up_n: int = 32
+    up_n: int = 64
     up_k: int = 256
-    down_n: int = 64
-    down_k: int = 128
-    mx_native: bool = True
+    down_n: int = 128
+    down_k: int = 256
     num_warps: int = 4
     num_stages: int = 3
 
@@ -35,11 +32,12 @@ class MoEConfig:
                 raise ValueError(f"MoEConfig.{name}: got {getattr(self, name)}, needs >= 32")
 
 
-def pick_config(rows: int, scale_block: int, on_gpu: bool) -> MoEConfig:
-    """The rule: ``dot_scaled`` where the format allows it (block 32) on a GPU (the interpreter
-    lacks it); small N tiles so that even 1 row (6 experts) spreads over >= 2 CTAs per SM of an
-    H200 (TP=4: 18 W1|W3 tiles and 80 W2 tiles per expert). Under the interpreter, few large
-    tiles keep the CPU tests fast."""
+def pick_config(rows: int, top_k: int, on_gpu: bool) -> MoEConfig:
+    """The rule (SM90 instruction counts and the H200 sweep in docs/kernels/moe.md): W1|W3 tiles
+    of 64 channels (fewest instructions per weight value, 2 CTAs per SM), except with few
+    routed entries (``rows * top_k <= 8``, e.g. 1 row) where 32-channel tiles keep ~130 CTAs
+    busy; W2 tiles of 128. K steps of 256 (64 for I = 576, the largest power of two dividing
+    it). Under the interpreter, small tiles keep the CPU tests fast."""
     if not on_gpu:
-        return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, mx_native=False)
-    return MoEConfig(mx_native=scale_block == 32)
+        return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64)
+    return MoEConfig(up_n=32 if rows * top_k <= 8 else 64)
