@@ -68,8 +68,8 @@ def _check(logits, rec, cfg):
 
 def test_activations_o1_flash_widths():
     """3 layers at D = 5120 (SWA; ratio-2 KV source with engram; ratio-1 candidate source),
-    6 experts of the real size (all routed: top-6), 2 tokens."""
-    cfg = _flash_slice(3, (0, 2, 1), (1, 2), (1, 2), 2, (1,), experts=6, vocab=1024)
+    8 experts of the real size (top-6), 2 tokens."""
+    cfg = _flash_slice(3, (0, 2, 1), (1, 2), (1, 2), 2, (1,), experts=8, vocab=1024)
     logits, rec = _run(cfg, "cpu", n_tokens=2)
     _check(logits, rec, cfg)
 
