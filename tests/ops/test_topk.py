@@ -126,7 +126,7 @@ def test_ref_tie_rule_crafted():
     x[1] = float("nan")
     lens = torch.tensor([10, 6], dtype=torch.int32)
     out = decode_topk_ref(x, lens, 4)
-    assert out[0].tolist() == [3, 7, 0, 1]
+    assert out[0].tolist() == [0, 1, 3, 7]
     assert out[1].tolist() == [0, 1, 2, 3]
 
 
@@ -137,8 +137,8 @@ def test_block_ref_rules():
     x[1, :] = 1.0
     lens = torch.tensor([36, 40, 0], dtype=torch.int32)
     out = decode_topk_blocks_ref(x, lens, 4, 8)
-    assert out[0].tolist() == [4, 3, 1, -1]  # pinned block 4 (col 35), then NaN, then 2.0
-    assert out[1].tolist() == [4, 0, 1, 2]
+    assert out[0].tolist() == [1, 3, 4, -1]  # pinned block 4 (col 35), NaN, then 2.0
+    assert out[1].tolist() == [0, 1, 2, 4]
     assert out[2].tolist() == [-1, -1, -1, -1]
 
 
@@ -183,9 +183,9 @@ def test_fallback_path_is_exercised(device):
     x[0, cols - 5] = 4.0
     lens = torch.tensor([cols], dtype=torch.int32)
     ws = make_topk_workspace(1, k, device)
-    got = decode_topk(x.to(device), lens.to(device), k, workspace=ws)
+    got = decode_topk(make_padded(x.to(device)), lens.to(device), k, workspace=ws)
     assert int(ws.cnt[0]) > cfg.cap
-    assert got.cpu()[0].tolist() == [cols - 5] + list(range(k - 1))
+    assert got.cpu()[0].tolist() == list(range(k - 1)) + [cols - 5]
 
 
 def test_workspace_reuse_new_inputs(device):

@@ -8,10 +8,12 @@ Four launches per call, all rows at once, every length read on the device:
 2. ``_threshold_kernel``  grid (rows,): T0 = the k-th largest group maximum. At least k
    elements are >= T0 (every one of those k groups holds its maximum), so the top k are >= T0.
 3. ``_collect_kernel``    grid (rows, chunks): re-reads the row (from L2 when it fits) and
-   appends every element >= T0 to the row's candidate buffer as ``key1 << 20 | (2**20-1-idx)``.
-4. ``_select_kernel``     grid (rows,): sorts the candidates (a few k on real data) and writes
-   the first k. Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by a
-   bitwise search over the row in one CTA: slow, but exact and deterministic.
+   appends every element >= T0 to the row's candidate buffer (key1, and its index with its rank
+   inside the chunk), one atomic per chunk; stores each chunk's candidate count.
+4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate bit by bit and
+   writes the selected indices in ascending order (deterministic whatever order the atomics
+   gave). Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by counting
+   scans over the row in one CTA: slow, but exact and deterministic.
 
 Keys: ``key1`` is 0 for "not a candidate", else 1 + the 16-bit order-preserving key of the bf16
 value (``ref.rank_keys``); block mode ranks blocks by their largest key1 and pins a block above
@@ -30,6 +32,7 @@ COL_BITS = tl.constexpr(ref.COL_BITS)
 COL_MASK = tl.constexpr(ref.COL_MASK)
 NEG_INF_KEY1 = tl.constexpr(ref.NEG_INF_KEY1)
 PIN_KEY1 = tl.constexpr(ref.PIN_KEY1)
+NO_CUT = tl.constexpr((1 << (ref.COL_BITS + 1)) - 1)  # above every index
 
 
 @triton.jit
@@ -44,15 +47,15 @@ def _key1(u):
 @triton.jit
 def _element_keys(x_row_ptr, e, length, len_e, BLOCK: tl.constexpr):
     """key1 of elements ``e`` (int32 [N]) of one row; 0 for elements at or past the length."""
+    # Loads are masked per 8 columns (16 B) so they vectorize; reading up to 7 columns past the
+    # length stays inside the row (the API checks the row stride and the storage for it).
     if BLOCK == 1:
-        m = e < len_e
-        u = tl.load(x_row_ptr + e, mask=m, other=0).to(tl.int32) & 0xFFFF
-        key1 = tl.where(m, _key1(u), 0)
+        u = tl.load(x_row_ptr + e, mask=(e // 8) * 8 < len_e, other=0).to(tl.int32) & 0xFFFF
+        key1 = tl.where(e < len_e, _key1(u), 0)
     else:
         c = e[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]  # [N, BLOCK] columns
-        m = c < length
-        u = tl.load(x_row_ptr + c, mask=m, other=0).to(tl.int32) & 0xFFFF
-        key1 = tl.max(tl.where(m, _key1(u), 0), axis=1)
+        u = tl.load(x_row_ptr + c, mask=(c // 8) * 8 < length, other=0).to(tl.int32) & 0xFFFF
+        key1 = tl.max(tl.where(c < length, _key1(u), 0), axis=1)
         key1 = tl.where(key1 > NEG_INF_KEY1, key1, 0)  # spec §5.4: only blocks above -inf
         key1 = tl.where((e == (length - 1) // BLOCK) & (length > 0), PIN_KEY1, key1)
     return key1
@@ -83,7 +86,8 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, stride_x, stride_g, cols,
     s = _level(len_e, TARGET, LMAX)
     if c * CHUNK < len_e:
         e = c * CHUNK + tl.arange(0, CHUNK)
-        key1 = _element_keys(x_ptr + row.to(tl.int64) * stride_x, e, length, len_e, BLOCK)
+        x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
         g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
         g = key1
         for l in tl.static_range(LMAX):  # g: CHUNK >> l group maxima, group b = {b + j*(CHUNK>>l)}
@@ -114,40 +118,79 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
 
 
 @triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, stride_x, stride_c, cols,
-                    BLOCK: tl.constexpr, CHUNK: tl.constexpr, CAP: tl.constexpr):
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, stride_x,
+                    stride_b, stride_cc, cols, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                    CAP: tl.constexpr):
     row = tl.program_id(0)
     c = tl.program_id(1)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    n = len_e * 0
     if c * CHUNK < len_e:
         e = c * CHUNK + tl.arange(0, CHUNK)
-        key1 = _element_keys(x_ptr + row.to(tl.int64) * stride_x, e, length, len_e, BLOCK)
+        x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
         cand = key1 >= tl.load(thr_ptr + row)
         n = tl.sum(cand.to(tl.int32), axis=0)
         if n > 0:
             base = tl.atomic_add(cnt_ptr + row, n)
-            pos = base + tl.cumsum(cand.to(tl.int32), axis=0) - 1
-            comb = (key1.to(tl.int64) << COL_BITS) | (e.to(tl.int64) ^ COL_MASK)
-            tl.store(cbuf_ptr + row.to(tl.int64) * stride_c + pos, comb, mask=cand & (pos < CAP))
+            rank = tl.cumsum(cand.to(tl.int32), axis=0) - 1  # rank in the chunk, column order
+            pos = base + rank
+            keep = cand & (pos < CAP)
+            b_off = row.to(tl.int64) * stride_b + pos
+            tl.store(kbuf_ptr + b_off, key1, mask=keep)
+            tl.store(pbuf_ptr + b_off, (rank << COL_BITS) | e, mask=keep)
+    tl.store(cc_ptr + row.to(tl.int64) * stride_cc + c, n)  # every chunk, 0 past the length
 
 
 @triton.jit
-def _sort_store(src_ptr, n, dst_ptr, K, SIZE: tl.constexpr):
-    """Sort the first ``n`` (<= SIZE) combined values descending; write the first K indices."""
+def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
+                 SIZE: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr):
+    """Exact top-K of the row's n (<= SIZE) candidates, written in ascending index order.
+
+    The K-th largest (key1, -index) is found bit by bit (17 bits of key, then 21 of index among
+    the ties); the order comes from each candidate's chunk (prefix of per-chunk counts) and its
+    rank inside the chunk, so it does not depend on the order the atomics gave the buffer.
+    """
     i = tl.arange(0, SIZE)
-    v = tl.sort(tl.load(src_ptr + i, mask=i < n, other=-1), descending=True)
-    idx = tl.where(v >= 0, (v & COL_MASK) ^ COL_MASK, -1)
-    tl.store(dst_ptr + i, idx.to(tl.int32), mask=i < K)
+    m = i < n
+    key1 = tl.load(kb_ptr + i, mask=m, other=0)
+    packed = tl.load(pb_ptr + i, mask=m, other=0)
+    idx = packed & COL_MASK
+    tau = n * 0
+    for b in tl.static_range(16, -1, -1):
+        cand = tau | (1 << b)
+        tau = tl.where(tl.sum((m & (key1 >= cand)).to(tl.int32), axis=0) >= K, cand, tau)
+    gt = m & (key1 > tau)
+    eq = m & (key1 == tau)
+    need = K - tl.sum(gt.to(tl.int32), axis=0)
+    cut = n * 0 + NO_CUT  # keep every tie unless there are more than needed
+    if tl.sum(eq.to(tl.int32), axis=0) > need:
+        cut = n * 0
+        for b in tl.static_range(COL_BITS, -1, -1):  # the need-th smallest tied index
+            cand = cut | (1 << b)
+            cut = tl.where(tl.sum((eq & (idx < cand)).to(tl.int32), axis=0) < need, cand, cut)
+    sel = gt | (eq & (idx <= cut))
+    j = tl.arange(0, NCH)
+    cc = tl.load(cc_ptr + j, mask=j < n_chunks, other=0)
+    tl.store(pre_ptr + j, tl.cumsum(cc, axis=0) - cc, mask=j < n_chunks)
+    tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
+    order = tl.load(pre_ptr + idx // CHUNK, mask=m, other=0) + (packed >> COL_BITS)
+    tl.store(sc_ptr + order, tl.where(sel, idx, -1), mask=m)
+    tl.debug_barrier()
+    v = tl.load(sc_ptr + i, mask=m, other=-1)  # candidates in index order, -1 if not selected
+    keep = v >= 0
+    kept = tl.sum(keep.to(tl.int32), axis=0)
+    tl.store(o_ptr + tl.cumsum(keep.to(tl.int32), axis=0) - 1, v, mask=keep)
+    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))
 
 
 @triton.jit
-def _exact_fallback(x_row, lengths_ptr, row, cols, c_ptr, o_ptr, K, BLOCK: tl.constexpr,
-                    SMALL: tl.constexpr, SCAN: tl.constexpr):
+def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr,
+                    SCAN: tl.constexpr):
     """Exact selection when the candidate buffer overflowed (heavy ties, adversarial rows).
 
     One CTA: tau = the K-th largest key1 by 17 counting scans of the row, then one scan in
-    column order keeps every element above tau and the first K - #{> tau} equal to it; the kept
-    K go through the candidate buffer and the same sort as the fast path.
+    index order writes every element above tau and the first K - #{> tau} equal to it.
     """
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     tau = len_e * 0
@@ -174,35 +217,31 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, c_ptr, o_ptr, K, BLOCK: tl.co
         key1 = _element_keys(x_row, e, length, len_e, BLOCK)
         eq = key1 == tau
         keep = (key1 > tau) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= K - above))
-        pos = kept + tl.cumsum(keep.to(tl.int32), axis=0) - 1
-        comb = (key1.to(tl.int64) << COL_BITS) | (e.to(tl.int64) ^ COL_MASK)
-        tl.store(c_ptr + pos, comb, mask=keep)
+        tl.store(o_ptr + kept + tl.cumsum(keep.to(tl.int32), axis=0) - 1, e, mask=keep)
         kept += tl.sum(keep.to(tl.int32), axis=0)
         ties += tl.sum(eq.to(tl.int32), axis=0)
         start += SCAN
-    tl.debug_barrier()  # the CTA's own global writes above are read back by other threads
-    _sort_store(c_ptr, K, o_ptr, K, SMALL)
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, cbuf_ptr, out_ptr, stride_x, stride_c,
-                   stride_o, cols, K, BLOCK: tl.constexpr, SMALL: tl.constexpr,
-                   CAP: tl.constexpr, SCAN: tl.constexpr):
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr, sc_ptr,
+                   out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_chunks, K,
+                   BLOCK: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr,
+                   SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
     row = tl.program_id(0)
     n = tl.load(cnt_ptr + row)
-    c_ptr = cbuf_ptr + row.to(tl.int64) * stride_c
+    b_off = row.to(tl.int64) * stride_b
+    cc_off = row.to(tl.int64) * stride_cc
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
-        _sort_store(c_ptr, n, o_ptr, K, SMALL)
-    elif CAP > SMALL:
-        if n <= CAP:
-            _sort_store(c_ptr, n, o_ptr, K, CAP)
-        else:
-            _exact_fallback(x_ptr + row.to(tl.int64) * stride_x, lengths_ptr, row, cols, c_ptr,
-                            o_ptr, K, BLOCK, SMALL, SCAN)
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
+                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, CHUNK, NCH)
+    elif n <= CAP:
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
+                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, CHUNK, NCH)
     else:
-        _exact_fallback(x_ptr + row.to(tl.int64) * stride_x, lengths_ptr, row, cols, c_ptr,
-                        o_ptr, K, BLOCK, SMALL, SCAN)
+        x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+        _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
@@ -222,10 +261,11 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
             LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, num_warps=8, **common)
     if stages >= 3:
         _collect_kernel[(rows, n_chunks)](
-            x16, lengths, ws.thr, ws.cnt, ws.cbuf, x16.stride(0), ws.cbuf.stride(0), cols,
-            CAP=cfg.cap, num_warps=4, **common)
+            x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
+            ws.kbuf.stride(0), ws.cc.stride(0), cols, CAP=cfg.cap, num_warps=4, **common)
     if stages >= 4:
         _select_kernel[(rows,)](
-            x16, lengths, ws.cnt, ws.cbuf, out, x16.stride(0), ws.cbuf.stride(0),
-            out.stride(0), cols, k, BLOCK=cfg.block, SMALL=cfg.small, CAP=cfg.cap,
-            SCAN=2048 // cfg.block, num_warps=8)
+            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,
+            x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
+            NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block,
+            num_warps=8, **common)

@@ -20,14 +20,21 @@ class TopkWorkspace:
     - ``gmax`` int32 [rows, cfg.groups]: group maxima (rank keys) of the row;
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
-    - ``cbuf`` int64 [rows, cfg.cap]: candidates as ``key1 << 20 | (2**20 - 1 - index)``.
+    - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key, and its index
+      ``| rank inside its chunk << 20``;
+    - ``cc`` / ``pre`` int32 [rows, cfg.max_chunks]: candidates per chunk and their prefix;
+    - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
     """
 
     cfg: TopkConfig
     gmax: torch.Tensor
     thr: torch.Tensor
     cnt: torch.Tensor
-    cbuf: torch.Tensor
+    kbuf: torch.Tensor
+    pbuf: torch.Tensor
+    cc: torch.Tensor
+    pre: torch.Tensor
+    scratch: torch.Tensor
 
     @property
     def rows(self) -> int:
@@ -37,14 +44,14 @@ class TopkWorkspace:
 def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorkspace:
     """Allocate the scratch for ``rows`` rows, ``k`` selected elements, ``block`` (1 = plain)."""
     cfg = TopkConfig.pick(k, block)
-    device = torch.device(device)
+
+    def buf(*shape):
+        return torch.empty(*shape, dtype=torch.int32, device=torch.device(device))
+
     return TopkWorkspace(
-        cfg=cfg,
-        gmax=torch.empty(rows, cfg.groups, dtype=torch.int32, device=device),
-        thr=torch.empty(rows, dtype=torch.int32, device=device),
-        cnt=torch.empty(rows, dtype=torch.int32, device=device),
-        cbuf=torch.empty(rows, cfg.cap, dtype=torch.int64, device=device),
-    )
+        cfg=cfg, gmax=buf(rows, cfg.groups), thr=buf(rows), cnt=buf(rows),
+        kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
+        pre=buf(rows, cfg.max_chunks), scratch=buf(rows, cfg.cap))
 
 
 def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
@@ -56,9 +63,15 @@ def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
     rows, cols = logits.shape
     if not 1 <= cols <= MAX_COLS:
         raise ValueError(f"logits: got {cols} columns, need 1..{MAX_COLS}")
-    if logits.stride(1) != 1 or (rows > 1 and logits.stride(0) % 8 != 0):
+    if logits.stride(1) != 1 or logits.stride(0) % 8 != 0:
         raise ValueError(f"logits: got strides {tuple(logits.stride())}, need contiguous rows "
                          "(column stride 1) and a row stride that is a multiple of 8 elements")
+    # loads are 16-byte vectors: the last row is read up to cols rounded up to 8
+    need = logits.storage_offset() + (rows - 1) * logits.stride(0) + -(-cols // 8) * 8
+    if rows and logits.untyped_storage().nbytes() < 2 * need:
+        raise ValueError(f"logits: the storage ends inside the last row's 8-column padding "
+                         f"(needs {2 * need} bytes, has {logits.untyped_storage().nbytes()}); "
+                         "pad the row stride to a multiple of 8 elements")
     if not isinstance(lengths, torch.Tensor) or lengths.dtype != torch.int32:
         got = lengths.dtype if isinstance(lengths, torch.Tensor) else type(lengths).__name__
         raise ValueError(f"lengths: got {got}, need a torch.int32 tensor")
@@ -120,9 +133,9 @@ def decode_topk(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
         int32 [rows, k]: for each row the set of the k largest candidates under the order
         NaN > +inf > finite > -inf (-0.0 == +0.0), ties broken towards the lower column, so every
         tensor-parallel rank selects the same set. The order inside a row is unspecified by the
-        contract; this implementation returns largest first, equal values by ascending column
-        (the order of ``ref.decode_topk_ref``). Rows with fewer than k candidates list all of
-        them, then ``-1`` to the end.
+        contract; this implementation returns the columns in ascending order (as
+        ``ref.decode_topk_ref`` does), so results are bitwise reproducible. Rows with fewer than
+        k candidates list all of them, then ``-1`` to the end.
 
     Graph safety: lengths are only read on the device; no host synchronisation. With ``out``
     and ``workspace`` given nothing is allocated, so the call can be captured in a CUDA graph
@@ -146,7 +159,7 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
     not candidates; the block holding column ``lengths[r] - 1`` is pinned (ranks above every
     value, NaN included). Returns int32 [rows, n_blocks] block indices: the n_blocks largest
     candidate blocks under the order of ``decode_topk`` (ties towards the lower block index),
-    largest first, ``-1`` filling the tail.
+    in ascending block order, ``-1`` filling the tail.
 
     Args: as ``decode_topk``, with ``n_blocks`` in 1..2048 in place of k and ``block`` a power
     of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,

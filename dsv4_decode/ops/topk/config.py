@@ -23,8 +23,9 @@ class TopkConfig:
       valid groups (``target = 2k``: the k-th largest of >= 2k group maxima keeps ~1.2-1.4k
       candidates on random data);
     - ``groups``: workspace slots per row for the group maxima (bounds every level's count);
-    - ``small`` / ``cap``: candidate-tile sizes the final sort uses; more than ``cap``
-      candidates takes the exact single-CTA fallback.
+    - ``small`` / ``cap``: candidate-tile sizes of the final selection; more than ``cap``
+      candidates takes the exact single-CTA fallback;
+    - ``max_chunks``: programs per row of the row-wide passes at 2**20 columns.
     """
 
     k: int
@@ -35,6 +36,7 @@ class TopkConfig:
     groups: int
     small: int
     cap: int
+    max_chunks: int
 
     @staticmethod
     def pick(k: int, block: int = 1) -> TopkConfig:
@@ -50,5 +52,6 @@ class TopkConfig:
             # a level below lmax has < 2 * target + chunk groups; lmax has <= 2**20 / 2048
             groups=max(_pow2_at_least(2 * target + chunk), 512),
             small=small,
-            cap=max(small, min(4 * small, 4096)),  # sorts of 8192 int64 compile for minutes
+            cap=min(4 * small, 8192),
+            max_chunks=512,  # 2**20 columns / 2048 columns per program
         )

@@ -9,8 +9,8 @@ Order: every bf16 value gets a 17-bit *rank key* ``key1``, ``0`` meaning "not a 
 
 so NaN > +inf > finite (numeric order) > -inf. Ties are broken towards the lower column by the
 combined value ``key1 * 2**20 + (2**20 - 1 - col)``, unique per column (cols <= 2**20), whose
-descending order is the selection order. The twin returns its columns in exactly that order
-(largest first, equal values by ascending column), which is also what the kernels return.
+descending order is the selection order. The twin returns the selected columns in ascending
+order, then -1 padding, which is also what the kernels return.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ def _select(key1: torch.Tensor, k: int) -> torch.Tensor:
     comb = torch.where(key1 > 0, comb, torch.full_like(comb, -1))
     if n < k:  # pad so torch.topk can take k
         comb = torch.cat([comb, comb.new_full((rows, k - n), -1)], dim=1)
-    top = torch.topk(comb, k, dim=1, sorted=True).values  # [rows, k] descending
-    cols = COL_MASK - (top & COL_MASK)
-    return torch.where(top >= 0, cols, torch.full_like(cols, -1)).to(torch.int32)
+    top = torch.topk(comb, k, dim=1, sorted=False).values  # [rows, k]
+    cols = torch.where(top >= 0, COL_MASK - (top & COL_MASK), 1 << COL_BITS)  # pad sorts last
+    cols = cols.sort(dim=1).values
+    return torch.where(cols < (1 << COL_BITS), cols, -1).to(torch.int32)
 
 
 def decode_topk_ref(logits: torch.Tensor, lengths: torch.Tensor, k: int) -> torch.Tensor:
