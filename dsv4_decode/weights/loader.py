@@ -172,6 +172,10 @@ def _locate(model_dir: Path, table: dict[str, Param]) -> dict[str, tuple[str, st
             raise ValueError(f"checkpoint: tensor {name!r} appears twice ({where[name][0]!r} in "
                              f"{where[name][1]}, {stored!r} in {file})")
         where[name] = (stored, file)
+    for stored, file in where.values():
+        if not (model_dir / file).is_file():
+            raise ValueError(f"checkpoint: tensor {stored!r} is mapped to {file}, which is not "
+                             f"in {model_dir}")
     missing = [n for n in table if n not in where]
     if missing:
         raise ValueError(f"checkpoint: missing tensor {missing[0]!r} (and {len(missing) - 1} "

@@ -184,6 +184,14 @@ def test_errors_name_tensor_and_file(ckpt, tmp_path, case, match):
         load(bad, progress=False)
 
 
+def test_missing_file(ckpt, tmp_path):
+    d, cfg, w = ckpt
+    bad = _rewrite(d, tmp_path / "bad", lambda t: t)
+    (bad / "model-00002-of-00003.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"mapped to model-00002-of-00003.safetensors, which"):
+        load(bad, progress=False)
+
+
 def test_save_checkpoint_validates(tmp_path):
     cfg = ModelConfig.preset("tiny-v41")
     w = random_weights(cfg)
