@@ -16,23 +16,29 @@ every name, shape, dtype and TP split is ``names.param_table(cfg)``.
   uint8 ue8m0 [rows, dh/32].
 - fp32: exactly ``hc_*_fn/base/scale``, ``attn.attn_sink``, ``ffn.gate.bias``,
   ``ffn.gate.bias_vl``; everything else bf16.
-- With ``tp > 1`` the same names hold rank-local shards (spec §10.4, ``shard.py``).
+- With ``tp > 1`` the same names hold rank-local shards (spec §10.4, ``shard.py``): wq_b and
+  attn_sink by heads, wo_a by o-groups, wo_b by input columns, routed / shared experts by the
+  intermediate dim, embed / head by vocab rows, engram tables by hash-column buckets (rank r
+  holds global rows ``[O[r*C/tp], O[(r+1)*C/tp])``, ``O = engram_offsets(cfg, k)``);
+  everything else replicated.
+- ``engram_tables=False`` (random_weights, load) leaves the engram tables out altogether.
 - DSpark draft layers (``mtp.*``) are not included.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from ..config import ModelConfig
 from .loader import load, load_tokenizer, save_checkpoint
-from .names import COMPONENTS, Param, engram_primes, engram_rows, param_table
+from .names import COMPONENTS, Param, engram_offsets, engram_primes, engram_rows, param_table
 from .random import random_weights
 from .shard import check_tp, local_shape, shard
 
-__all__ = ["COMPONENTS", "Param", "engram_primes", "engram_rows", "load", "load_tokenizer",
-           "local_shape", "param_bytes", "param_counts", "param_table", "random_weights",
-           "save_checkpoint", "shard"]
+__all__ = ["COMPONENTS", "Param", "engram_offsets", "engram_primes", "engram_rows", "load",
+           "load_tokenizer", "local_shape", "param_bytes", "param_counts", "param_table",
+           "random_weights", "save_checkpoint", "shard"]
 
 
 def param_counts(cfg: ModelConfig, tp: int = 1) -> dict[str, int]:
@@ -43,7 +49,7 @@ def param_counts(cfg: ModelConfig, tp: int = 1) -> dict[str, int]:
     for p in param_table(cfg):
         if p.is_scale:
             continue
-        n = _numel(local_shape(p, cfg, tp, 0))
+        n = math.prod(local_shape(p, cfg, tp, 0))
         counts[p.component] += 2 * n if p.fmt == "fp4" else n
     return dict(counts)
 
@@ -54,12 +60,6 @@ def param_bytes(cfg: ModelConfig, tp: int = 1) -> dict[str, int]:
     check_tp(cfg, tp, 0)
     out = Counter({c: 0 for c in COMPONENTS})
     for p in param_table(cfg):
-        out[p.component] += _numel(local_shape(p, cfg, tp, 0)) * p.dtype.itemsize
+        out[p.component] += math.prod(local_shape(p, cfg, tp, 0)) * p.dtype.itemsize
     return dict(out)
 
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
