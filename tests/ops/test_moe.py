@@ -236,16 +236,18 @@ def test_bad_arguments(device, cpu_experts):
 
 
 def test_repack_roundtrip():
-    """The repacked word j holds k = 8j + NIBBLE_PERM[p] at nibble p."""
+    """Value k = 8j + o of a row sits at bits REPACK_BITS[o] of repacked word j."""
     from dsv4_decode.formats import unpack_nibbles
     from dsv4_decode.ops.moe import repack_mxfp4
-    from dsv4_decode.ops.moe.api import NIBBLE_PERM
-    packed = torch.randint(0, 256, (3, 16), dtype=torch.uint8)
-    words = repack_mxfp4(packed).view(torch.uint8)
-    nib, rep = unpack_nibbles(packed), unpack_nibbles(words)
+    from dsv4_decode.ops.moe.api import REPACK_BITS
+    packed = torch.randint(0, 256, (3, 2, 16), dtype=torch.uint8)
+    words = repack_mxfp4(packed).to(torch.int64) & 0xFFFFFFFF
+    nib = unpack_nibbles(packed).to(torch.int64)
+    assert sorted(p for bits in REPACK_BITS for p in bits) == list(range(32))
     for k in range(32):
-        j, off = divmod(k, 8)
-        assert torch.equal(rep[:, 8 * j + NIBBLE_PERM.index(off)], nib[:, k])
+        j, o = divmod(k, 8)
+        got = sum(((words[..., j] >> pos) & 1) << b for b, pos in enumerate(REPACK_BITS[o]))
+        assert torch.equal(got, nib[..., k])
 
 
 # --------------------------------------------------------------------------- GPU: production

@@ -118,49 +118,57 @@ def _route_record_kernel(ids_ptr, entries_ptr, shift_ptr, N, CAP: tl.constexpr,
 
 # --------------------------------------------------------------------------- dequant helpers
 
-# Routed weights are repacked at load time (api.prepare_moe_weights): each 32-bit word of a
-# row holds 8 e2m1 values, k = 8j + PERM[p] at nibble p (bits 4p..4p+3). Word -> bf16:
-# ``_pair`` shifts nibble p and p+4 (16 bits apart) into bf16 sign / exponent / mantissa bits of
-# both halves at once (``c << 6`` is the bf16 pattern of value * 2^-126, subnormal for 0.5);
-# the scale multiply 2^(s-64) makes it value * 2^(s-127) * 2^-63 (exact, normal bf16) and the
-# accumulator is multiplied by 2^63 at the end. PERM makes the three joins yield k order.
-_SIGN2 = tl.constexpr(-2147450880)  # 0x80008000 as int32: the sign bits of both bf16 halves
-_CODE2 = tl.constexpr(0x01C001C0)  # exponent (2 bits) + mantissa msb of both halves
+# Routed weights are repacked at load time (api.repack_mxfp4): each 32-bit word of a row holds
+# 8 e2m1 values (k = 8j .. 8j+7) with their bits placed so that four words of bf16 pairs come
+# out of it with 1-3 shifts and masks each: ``q & M``, ``(q << 3) & M``, ``(q << 6) & M`` and
+# one three-shift word, M = sign, exponent (2 bits) and mantissa msb of both bf16 halves. A
+# code ``c`` at bf16 bits 6..8 reads as value * 2^-126 (the 0.5 code as a bf16 subnormal, kept
+# by ``mul.bf16x2``); the scale multiply by 2^(s-64) makes it W * 2^-63 exactly (normal), and
+# the accumulator is multiplied by 2^63 at the end. The halves of each word are k, k+1.
+_M2 = tl.constexpr(-2118090304)  # 0x81C081C0
+_SIGN2 = tl.constexpr(-2147450880)  # 0x80008000
 _POW63 = tl.constexpr(9.223372036854775808e18)  # 2**63
 
 
 @triton.jit
-def _pair(q, SH_CODE: tl.constexpr, SH_SIGN: tl.constexpr):
-    """int32 words -> ``[.., 2]`` int16 bf16 bit patterns (value * 2^-126) of the nibbles p,
-    p+4 where ``SH_CODE = 6 - 4p`` and ``SH_SIGN = 12 - 4p``."""
-    if SH_CODE >= 0:
-        code = (q << SH_CODE) & _CODE2
+def _halves(bits, INTERPRETER: tl.constexpr):
+    """int32 -> (low, high) int16 halves: a register split on the GPU (the interpreter has no
+    inline PTX)."""
+    if INTERPRETER:
+        lo = bits.to(tl.int16)
+        hi = (bits >> 16).to(tl.int16)
     else:
-        code = (q >> (-SH_CODE)) & _CODE2
-    bits = code | ((q << SH_SIGN) & _SIGN2)
-    return tl.join(bits.to(tl.int16), (bits >> 16).to(tl.int16))
+        lo, hi = tl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [bits],
+                                           dtype=(tl.int16, tl.int16), is_pure=True, pack=1)
+    return lo, hi
 
 
 @triton.jit
 def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
-             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, BF16_VIA_F32: tl.constexpr):
+             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` (int32 words
     ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; the result is 2^-63 times the true
-    product (see above). BF16_VIA_F32: do the (exact) scale product in fp32, for the CPU
-    interpreter, whose bf16 arithmetic works on raw bit patterns."""
+    product (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact
+    scale product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
     BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
     q = tl.load(w_ptr + offs_n[:, None] * (K // 8) + offs_w[None, :], mask=n_ok[:, None],
                 other=0)
-    w = tl.join(tl.join(_pair(q, 6, 12), _pair(q, 2, 8)),
-                tl.join(_pair(q, -2, 4), _pair(q, -6, 0)))
+    l0, h0 = _halves(q & _M2, INTERPRETER)
+    l1, h1 = _halves((q << 3) & _M2, INTERPRETER)
+    l2, h2 = _halves((q << 6) & _M2, INTERPRETER)
+    l3, h3 = _halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100) | ((q << 1) & _SIGN2),
+                     INTERPRETER)
+    # k order within the word: l0 h0 l2 h2 l1 h1 l3 h3 (api.REPACK_BITS)
+    w = tl.join(tl.join(tl.join(l0, l1), tl.join(l2, l3)),
+                tl.join(tl.join(h0, h1), tl.join(h2, h3)))
     offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
     ws = tl.load(s_ptr + offs_n[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
                  mask=n_ok[:, None], other=127).to(tl.int32)
     sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
     w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
-    if BF16_VIA_F32:
+    if INTERPRETER:
         wf = ((w.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
         w = (wf * sc.to(tl.float32)[:, :, None]).to(tl.bfloat16)
     else:
@@ -212,7 +220,7 @@ def _swiglu(g, u):
 def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
                    T, stride_x, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
                    TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BF16_VIA_F32: tl.constexpr):
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """Tile ``pid_m < MAX_TILES``: BLOCK_M entries of one routed expert; beyond: BLOCK_M rows of
     the shared expert. ``h[entry, n] = swiglu(W1 x, W3 x)`` for ``n`` in this CTA's BLOCK_N.
     Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights as the MMA's M side: few rows per tile)."""
@@ -235,9 +243,9 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
             su = sg + I * (D // SCALE_BLOCK)
             for it in range(D // BLOCK_K):
                 acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
-                                 SCALE_BLOCK, BLOCK_K, BF16_VIA_F32)
+                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
                 acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
-                                 SCALE_BLOCK, BLOCK_K, BF16_VIA_F32)
+                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
             h = _swiglu(acc_g * _POW63, acc_u * _POW63).to(tl.bfloat16)
             tl.store(h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None], h,
                      mask=ok[None, :] & n_ok[:, None])
@@ -259,7 +267,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
 def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
                      T, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, BF16_VIA_F32: tl.constexpr):
+                     BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     tiles as in ``_moe_up_kernel`` (shared rows live at entries ``N_ENTRIES + t``)."""
     pid_m = tl.program_id(0)
@@ -278,7 +286,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
                 acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
-                               SCALE_BLOCK, BLOCK_K, BF16_VIA_F32)
+                               SCALE_BLOCK, BLOCK_K, INTERPRETER)
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])
     else:

@@ -219,27 +219,31 @@ def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device) 
                         part=torch.empty(n, hidden, dtype=torch.float32, device=device))
 
 
-# Nibble p of each repacked 32-bit word holds k = 8j + NIBBLE_PERM[p] (see _triton.py).
-NIBBLE_PERM = (0, 2, 1, 3, 4, 6, 5, 7)
+# Bit positions (code bit 0, 1, 2, sign) of value k = 8j + o in repacked word j (_triton.py).
+REPACK_BITS = ((6, 7, 8, 15), (22, 23, 24, 31), (0, 1, 2, 9), (16, 17, 18, 25),
+               (3, 4, 5, 12), (19, 20, 21, 28), (10, 11, 13, 14), (26, 27, 29, 30))
 
 
 def repack_mxfp4(packed: torch.Tensor) -> torch.Tensor:
     """Checkpoint MXFP4 rows ``uint8 [..., K/2]`` (low nibble = even k) -> the kernels' layout
-    ``int32 [..., K/8]``: word ``j`` holds ``k = 8j .. 8j+7``, ``k = 8j + NIBBLE_PERM[p]`` in
-    bits ``4p .. 4p+3`` (little-endian bytes). A permutation of nibbles within each 4 bytes,
-    so the bytes read per step are unchanged. Load time only (allocates)."""
+    ``int32 [..., K/8]``: word ``j`` holds the 8 values ``k = 8j + o``, the 4 bits of value
+    ``o`` (e2m1 code bits 0..2, sign) at bits ``REPACK_BITS[o]``. A bit permutation within
+    each 4 bytes: the bytes read per step are unchanged. Load time only (allocates)."""
     if packed.dtype != torch.uint8 or packed.shape[-1] % 4:
         _fail("packed", f"{packed.dtype} {tuple(packed.shape)}", "uint8 [..., K/2], K % 8 == 0")
-    perm = torch.tensor(NIBBLE_PERM, device=packed.device)
-    out = torch.empty(packed.shape, dtype=torch.uint8, device=packed.device)
-    flat_in, flat_out = packed.reshape(-1, packed.shape[-1]), out.view(-1, packed.shape[-1])
-    step = max(1, (1 << 26) // packed.shape[-1])  # rows per chunk: bounded temporaries
+    n_words = packed.shape[-1] // 4
+    out = torch.empty(*packed.shape[:-1], n_words, dtype=torch.int32, device=packed.device)
+    flat_in, flat_out = packed.reshape(-1, packed.shape[-1]), out.view(-1, n_words)
+    step = max(1, (1 << 24) // packed.shape[-1])  # rows per chunk: bounded temporaries
     for r in range(0, flat_in.shape[0], step):
-        chunk = flat_in[r:r + step]
-        nib = torch.stack((chunk & 15, chunk >> 4), -1).reshape(chunk.shape[0], -1, 8)
-        nib = nib[..., perm].reshape(chunk.shape[0], -1, 2)
-        flat_out[r:r + step] = nib[..., 0] | (nib[..., 1] << 4)
-    return out.view(torch.int32)
+        chunk = flat_in[r:r + step].to(torch.int64)
+        nib = torch.stack((chunk & 15, chunk >> 4), -1).reshape(chunk.shape[0], n_words, 8)
+        word = torch.zeros(chunk.shape[0], n_words, dtype=torch.int64, device=packed.device)
+        for o, bits in enumerate(REPACK_BITS):
+            for b, pos in enumerate(bits):
+                word |= ((nib[..., o] >> b) & 1) << pos
+        flat_out[r:r + step] = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
+    return out
 
 
 @dataclass(frozen=True)
@@ -281,8 +285,8 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     w13 uint8 ``[E, 2I, D/2]`` (W1 rows then W3 rows of each expert; two e2m1 per byte, low
     nibble = even input index) + w13_scales uint8 ``[E, 2I, D/b]``; w2 uint8 ``[E, D, I/2]`` +
     w2_scales uint8 ``[E, D, I/b]``; b = 32 or 16 (read from the scale shapes); ``shared`` as
-    in ``MoEWeights``. The nibbles are permuted within each 32-bit word (``repack_mxfp4``) so
-    the kernel turns 8 values into bf16 with a few 32-bit operations; everything else is kept.
+    in ``MoEWeights``. The bits are permuted within each 32-bit word (``repack_mxfp4``) so the
+    kernel turns 8 values into bf16 with a few 32-bit operations; everything else is kept.
     ue8m0 scale bytes must lie in [64, 191] (weights between 2^-64 and 2^66; real checkpoints
     use ~110..130): the kernels scale by ``2^(s-64)`` in bf16. Not for the decode step: it
     allocates the repacked copies.
@@ -396,7 +400,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
                                                               w.w2_scales)
     launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                  BF16_VIA_F32=not x.is_cuda)
+                  INTERPRETER=not x.is_cuda)
     K._moe_up_kernel[(m_tiles, triton.cdiv(inter, cfg.up_n))](
         x, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, workspace.h,
         t, x.stride(0), n_entries, tiles, D=d, I=inter,
