@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from . import ref
+from .config import span_log2
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -77,34 +78,59 @@ def _level(len_e, TARGET: tl.constexpr, LMAX: tl.constexpr):
 
 
 @triton.jit
+def _store_level(g, g_ptr, unit, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
+    """Store level ``lvl`` of ``g`` (CHUNK maxima) at ``g_ptr + unit * (CHUNK >> lvl)``.
+
+    Level l + 1 merges entries b and b + (CHUNK >> (l + 1)) of level l (strided groups).
+    """
+    top = tl.max(g, axis=0)
+    for l in tl.static_range(LMAX):
+        tl.store(g_ptr + unit * (CHUNK >> l) + tl.arange(0, CHUNK >> l), g, mask=lvl == l)
+        if l + 1 < LMAX:
+            g = tl.max(tl.reshape(g, [2, CHUNK >> (l + 1)]), axis=0)
+    tl.store(g_ptr + unit, top, mask=lvl == LMAX)
+
+
+@triton.jit
 def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, stride_x, stride_g, cols,
                       BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
-                      TARGET: tl.constexpr):
+                      TARGET: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr):
+    # Program p covers R chunks. Rows long enough (level >= LOG_R) fold the R chunks with an
+    # elementwise max first (groups strided by CHUNK), so the level chain runs once per R chunks.
     row = tl.program_id(0)
-    c = tl.program_id(1)
+    p = tl.program_id(1)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     s = _level(len_e, TARGET, LMAX)
-    if c * CHUNK < len_e:
-        e = c * CHUNK + tl.arange(0, CHUNK)
-        x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
-        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-        g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
-        g = key1
-        for l in tl.static_range(LMAX):  # g: CHUNK >> l group maxima, group b = {b + j*(CHUNK>>l)}
-            tl.store(g_ptr + c * (CHUNK >> l) + tl.arange(0, CHUNK >> l), g, mask=s == l)
-            if l + 1 < LMAX:
-                g = tl.max(tl.reshape(g, [2, CHUNK >> (l + 1)]), axis=0)
-        tl.store(g_ptr + c, tl.max(key1, axis=0), mask=s == LMAX)
+    x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+    g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
+    if s >= LOG_R:
+        if p * (R * CHUNK) < len_e:
+            acc = _element_keys(x_row, p * (R * CHUNK) + tl.arange(0, CHUNK), length, len_e,
+                                BLOCK)
+            for r in range(1, R):
+                e = (p * R + r) * CHUNK + tl.arange(0, CHUNK)
+                acc = tl.maximum(acc, _element_keys(x_row, e, length, len_e, BLOCK))
+            _store_level(acc, g_ptr, p, s - LOG_R, CHUNK, LMAX)
+    else:
+        for r in range(R):
+            c = p * R + r
+            if c * CHUNK < len_e:
+                key1 = _element_keys(x_row, c * CHUNK + tl.arange(0, CHUNK), length, len_e, BLOCK)
+                _store_level(key1, g_ptr, c, s, CHUNK, LMAX)
 
 
 @triton.jit
 def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K,
                       BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
-                      TARGET: tl.constexpr, GROUPS: tl.constexpr):
+                      TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
+                      LOG_R: tl.constexpr):
     row = tl.program_id(0)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     s = _level(len_e, TARGET, LMAX)
-    n_groups = ((len_e + CHUNK - 1) // CHUNK) * ((s * 0 + CHUNK) >> s)  # tensor first: s varies
+    folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
+    span = tl.where(folded, R * CHUNK, CHUNK)
+    per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)
+    n_groups = ((len_e + span - 1) // span) * per_span
     i = tl.arange(0, GROUPS)
     g = tl.load(gmax_ptr + row.to(tl.int64) * stride_g + i, mask=i < n_groups, other=0)
     # T0 = max t with #{g >= t} >= K, bit by bit (the predicate is monotone in t); 1 when fewer
@@ -251,14 +277,16 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
     """
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.chunk)
+    log_r = span_log2(rows, n_chunks)
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
-    _group_max_kernel[(rows, n_chunks)](
-        x16, lengths, ws.gmax, x16.stride(0), ws.gmax.stride(0), cols,
-        LMAX=cfg.lmax, TARGET=cfg.target, num_warps=4, **common)
+    spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, R=1 << log_r, LOG_R=log_r)
+    _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
+        x16, lengths, ws.gmax, x16.stride(0), ws.gmax.stride(0), cols, num_warps=4,
+        **spans, **common)
     if stages >= 2:
         _threshold_kernel[(rows,)](
-            lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k,
-            LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, num_warps=8, **common)
+            lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, GROUPS=cfg.groups,
+            num_warps=8, **spans, **common)
     if stages >= 3:
         _collect_kernel[(rows, n_chunks)](
             x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),

@@ -13,6 +13,15 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
+def span_log2(rows: int, n_chunks: int) -> int:
+    """log2 of the chunks one group-maxima program folds: 1 until the grid passes ~2,048
+    programs (132 SMs x ~16), then up to 32 so the per-program level chain is amortized."""
+    r = 1
+    while r < 32 and rows * n_chunks >= 2048 * 2 * r and 2 * r <= n_chunks:
+        r *= 2
+    return r.bit_length() - 1
+
+
 @dataclass(frozen=True)
 class TopkConfig:
     """Static sizes of the four kernels (all powers of two).
@@ -50,7 +59,7 @@ class TopkConfig:
             lmax=chunk.bit_length() - 1,
             target=target,
             # a level below lmax has < 2 * target + chunk groups; lmax has <= 2**20 / 2048
-            groups=max(_pow2_at_least(2 * target + chunk), 512),
+            groups=max(_pow2_at_least(2 * target + chunk), 1024),
             small=small,
             cap=min(4 * small, 8192),
             max_chunks=512,  # 2**20 columns / 2048 columns per program
