@@ -46,7 +46,8 @@ class ReferenceModel:
     MXFP4 routed experts, bf16 / fp32 elsewhere; ``mtp.*`` ignored).
 
     Non-expert FP8 weights are dequantised once at construction (to bf16, exact); routed
-    experts stay in MXFP4 and only the experts a call selects are dequantised; engram tables
+    experts stay in MXFP4 and only the experts a call selects are dequantised, one at a time
+    (bounded memory); engram tables
     stay FP8 and only the looked-up rows are dequantised.
 
     ``trace``: set to a list to record, per cache entry written, ``(kind, layer, index,
@@ -123,19 +124,16 @@ class ReferenceModel:
         except KeyError:
             raise ValueError(f"weights: missing tensor {name!r}") from None
 
-    def _expert(self, layer: int, e: int, cache: dict):
-        """(w1, w3, w2) of routed expert ``e``, dequantised (fp32) on first use in this call."""
-        if e not in cache:
-            pre = f"layers.{layer}.ffn.experts.{e}."
-            ws = []
-            for n in ("w1", "w3", "w2"):
-                t = self._get(pre + n + ".weight")
-                if t.dtype == torch.uint8:
-                    t = dequant_expert(t, self._get(pre + n + ".scale"),
-                                       self.cfg.expert_scale_block)
-                ws.append(t)
-            cache[e] = tuple(ws)
-        return cache[e]
+    def _expert(self, layer: int, e: int):
+        """(w1, w3, w2) of routed expert ``e`` of ``layer``, dequantised (fp32 when MXFP4)."""
+        pre = f"layers.{layer}.ffn.experts.{e}."
+        ws = []
+        for n in ("w1", "w3", "w2"):
+            t = self._get(pre + n + ".weight")
+            if t.dtype == torch.uint8:
+                t = dequant_expert(t, self._get(pre + n + ".scale"), self.cfg.expert_scale_block)
+            ws.append(t)
+        return ws
 
     def _check_engram(self):
         if self.layout is None:
@@ -316,12 +314,14 @@ class ReferenceModel:
         experts, weights = route(x, self._get(pre + "gate.weight"), self._get(pre + "gate.bias"),
                                  cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                                  cfg.gate_temp, cfg.norm_topk_prob)
-        lim, cache = cfg.swiglu_limit, {}
+        lim = cfg.swiglu_limit
         out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
-        for r in range(x.shape[0]):
-            for k in range(experts.shape[1]):
-                w1, w3, w2 = self._expert(i, int(experts[r, k]), cache)
-                out[r] += swiglu_expert(x[r:r + 1], w1, w3, w2, lim, weights[r, k:k + 1])[0]
+        # Expert-major: one expert dequantised at a time (bounded memory for long prefills);
+        # a row adds its experts in ascending id order, whatever the other rows chose.
+        for e in torch.unique(experts).tolist():
+            rows, slots = (experts == e).nonzero(as_tuple=True)
+            w1, w3, w2 = self._expert(i, e)
+            out[rows] += swiglu_expert(x[rows], w1, w3, w2, lim, weights[rows, slots])
         if cfg.n_shared_experts:
             sh = pre + "shared_experts."
             out += swiglu_expert(x, self._get(sh + "w1.weight"), self._get(sh + "w3.weight"),
