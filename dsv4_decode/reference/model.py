@@ -47,8 +47,7 @@ class ReferenceModel:
 
     Non-expert FP8 weights are dequantised once at construction (to bf16, exact); routed
     experts stay in MXFP4 and only the experts a call selects are dequantised, one at a time
-    (bounded memory); engram tables
-    stay FP8 and only the looked-up rows are dequantised.
+    (bounded memory); engram tables stay FP8 and only the looked-up rows are dequantised.
 
     ``trace``: set to a list to record, per cache entry written, ``(kind, layer, index,
     value)`` with ``kind`` in ``"window"`` (index = position), ``"compressed"`` /
