@@ -46,6 +46,11 @@ def make_logits(kind: str, rows: int, cols: int, gen: torch.Generator) -> torch.
         x = r - 10.0
         lo = max(0, cols - cols // 7 - 64)
         x[:, lo:lo + 64] = 10.0 + torch.rand(rows, min(64, cols - lo), generator=gen)
+    elif kind == "tied":  # a few values above, then many equal at the k-th place, spread out
+        x = r - 10.0
+        perm = torch.randperm(cols, generator=gen)
+        x[:, perm[:cols // 150]] = 15.0
+        x[:, perm[cols // 150:cols // 150 + cols // 600]] = 20.0
     elif kind == "neg_inf":
         x = torch.full((rows, cols), float("-inf"))
     else:
@@ -157,6 +162,7 @@ CPU_CASES = [  # rows, cols, k, lengths, kind
     (3, 3000, 16, "full", "special"),
     (2, 6000, 16, "full", "hidden"),
     (2, 700, 16, "full", "neg_inf"),
+    (7, 6000, 16, "edges", "tied"),
     (2, 16384, 8, "full", "random"),
 ]
 
@@ -280,7 +286,7 @@ def test_gpu_random_production(rows, cols, k, lens_spec):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["crowded", "constant", "rising", "falling", "special",
-                                  "hidden", "neg_inf"])
+                                  "hidden", "neg_inf", "tied"])
 @pytest.mark.parametrize("rows,cols", [(2, 1048576), (6, 65536), (64, 8192)])
 @pytest.mark.parametrize("k", [512, 2048])
 def test_gpu_patterns(kind, rows, cols, k):

@@ -33,7 +33,7 @@ COL_BITS = tl.constexpr(ref.COL_BITS)
 COL_MASK = tl.constexpr(ref.COL_MASK)
 NEG_INF_KEY1 = tl.constexpr(ref.NEG_INF_KEY1)
 PIN_KEY1 = tl.constexpr(ref.PIN_KEY1)
-NO_CUT = tl.constexpr((1 << (ref.COL_BITS + 1)) - 1)  # above every index
+TIE_SHIFT = tl.constexpr(ref.COL_BITS + 1)  # scratch entries: flag << 21 | index
 
 
 @triton.jit
@@ -173,9 +173,10 @@ def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
                  SIZE: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr):
     """Exact top-K of the row's n (<= SIZE) candidates, written in ascending index order.
 
-    The K-th largest (key1, -index) is found bit by bit (17 bits of key, then 21 of index among
-    the ties); the order comes from each candidate's chunk (prefix of per-chunk counts) and its
-    rank inside the chunk, so it does not depend on the order the atomics gave the buffer.
+    tau = the K-th largest key1, bit by bit (17 reductions). The candidates are then put in
+    index order (chunk prefix of the per-chunk counts + rank inside the chunk: independent of
+    the order the atomics gave the buffer), where one prefix sum ranks the ties at tau so the
+    lowest indices win, and a second one packs the kept indices.
     """
     i = tl.arange(0, SIZE)
     m = i < n
@@ -187,26 +188,20 @@ def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
         cand = tau | (1 << b)
         tau = tl.where(tl.sum((m & (key1 >= cand)).to(tl.int32), axis=0) >= K, cand, tau)
     gt = m & (key1 > tau)
-    eq = m & (key1 == tau)
-    need = K - tl.sum(gt.to(tl.int32), axis=0)
-    cut = n * 0 + NO_CUT  # keep every tie unless there are more than needed
-    if tl.sum(eq.to(tl.int32), axis=0) > need:
-        cut = n * 0
-        for b in tl.static_range(COL_BITS, -1, -1):  # the need-th smallest tied index
-            cand = cut | (1 << b)
-            cut = tl.where(tl.sum((eq & (idx < cand)).to(tl.int32), axis=0) < need, cand, cut)
-    sel = gt | (eq & (idx <= cut))
+    need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     j = tl.arange(0, NCH)
     cc = tl.load(cc_ptr + j, mask=j < n_chunks, other=0)
     tl.store(pre_ptr + j, tl.cumsum(cc, axis=0) - cc, mask=j < n_chunks)
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     order = tl.load(pre_ptr + idx // CHUNK, mask=m, other=0) + (packed >> COL_BITS)
-    tl.store(sc_ptr + order, tl.where(sel, idx, -1), mask=m)
+    flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
+    tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
     tl.debug_barrier()
-    v = tl.load(sc_ptr + i, mask=m, other=-1)  # candidates in index order, -1 if not selected
-    keep = v >= 0
+    v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
+    tie = (v >> TIE_SHIFT) == 1
+    keep = ((v >> TIE_SHIFT) == 2) | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= need))
     kept = tl.sum(keep.to(tl.int32), axis=0)
-    tl.store(o_ptr + tl.cumsum(keep.to(tl.int32), axis=0) - 1, v, mask=keep)
+    tl.store(o_ptr + tl.cumsum(keep.to(tl.int32), axis=0) - 1, v & COL_MASK, mask=keep)
     tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))
 
 
