@@ -270,7 +270,7 @@ def gpu_prepared(gpu_bank):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["n32", "n64"])
+@pytest.mark.parametrize("tiles", ["mma", "wgmma"])
 @pytest.mark.parametrize("rows", [1, 6, 12, 48, 96, 192])
 def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     experts, (gw, gb) = gpu_bank
@@ -281,8 +281,8 @@ def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
     torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
     check_record(r)
-    n = int(tiles[1:])
-    cfg = MoEConfig(up_n=n, down_n=2 * n)
+    # default (mma.sync, 2 warps) and 64/128-row tiles with 4 warps (wgmma)
+    cfg = MoEConfig() if tiles == "mma" else MoEConfig(up_n=64, down_n=128, num_warps=4)
     y = run_experts(x, r, experts, config=cfg, prepared=gpu_prepared)
     check_close(y, ref_experts(x, r, experts))
 

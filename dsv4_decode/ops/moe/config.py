@@ -15,11 +15,11 @@ class MoEConfig:
     """
 
     block_m: int = 16
-    up_n: int = 64
+    up_n: int = 32
     up_k: int = 256
-    down_n: int = 128
+    down_n: int = 64
     down_k: int = 256
-    num_warps: int = 4
+    num_warps: int = 2
     num_stages: int = 3
 
     def __post_init__(self):
@@ -33,11 +33,13 @@ class MoEConfig:
 
 
 def pick_config(rows: int, top_k: int, on_gpu: bool) -> MoEConfig:
-    """The rule (SM90 instruction counts and the H200 sweep in docs/kernels/moe.md): W1|W3 tiles
-    of 64 channels (fewest instructions per weight value, 2 CTAs per SM), except with few
-    routed entries (``rows * top_k <= 8``, e.g. 1 row) where 32-channel tiles keep ~130 CTAs
-    busy; W2 tiles of 128. K steps of 256 (64 for I = 576, the largest power of two dividing
-    it). Under the interpreter, small tiles keep the CPU tests fast."""
+    """The rule (SM90 SASS instruction counts, docs/kernels/moe.md): one warp per 16 weight
+    rows (``num_warps = BLOCK_N / 16``), so each weight value is decoded once, and mma.sync
+    takes the decoded tile from registers: 32-row W1|W3 tiles and 64-row W2 tiles with 2 warps
+    need 3.5-3.9 issued instructions per weight value (64/128-row wgmma tiles with 4 warps:
+    4.0-4.5; 32-row tiles with 4 warps decode twice: 6.5). Small CTAs (49 KB of shared memory)
+    let 4 of them share an SM. K steps of 256 (64 for I = 576). ``rows`` and ``top_k`` do not
+    change the choice today. Under the interpreter, larger tiles keep the CPU tests fast."""
     if not on_gpu:
-        return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64)
-    return MoEConfig(up_n=32 if rows * top_k <= 8 else 64)
+        return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4)
+    return MoEConfig()
