@@ -152,19 +152,26 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     n = len_e * 0
     if c * CHUNK < len_e:
-        e = c * CHUNK + tl.arange(0, CHUNK)
+        # [CHUNK / 8, 8] tiles: 8 consecutive elements per thread, so the rank inside the chunk
+        # is an in-thread prefix plus one short scan over the rows
+        e = c * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
-        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-        cand = key1 >= tl.load(thr_ptr + row)
-        n = tl.sum(cand.to(tl.int32), axis=0)
+        if BLOCK == 1:
+            key1 = _element_keys(x_row, e, length, len_e, BLOCK)
+        else:  # block keys need a [N, BLOCK] column tile: build them 1-D, then fold
+            e1 = c * CHUNK + tl.arange(0, CHUNK)
+            key1 = tl.reshape(_element_keys(x_row, e1, length, len_e, BLOCK), [CHUNK // 8, 8])
+        cand = (key1 >= tl.load(thr_ptr + row)).to(tl.int32)
+        per_row = tl.sum(cand, axis=1)
+        n = tl.sum(per_row, axis=0)
         if n > 0:
             base = tl.atomic_add(cnt_ptr + row, n)
-            rank = tl.cumsum(cand.to(tl.int32), axis=0) - 1  # rank in the chunk, column order
-            pos = base + rank
-            keep = cand & (pos < CAP)
-            b_off = row.to(tl.int64) * stride_b + pos
-            tl.store(kbuf_ptr + b_off, key1, mask=keep)
-            tl.store(pbuf_ptr + b_off, (rank << COL_BITS) | e, mask=keep)
+            rank = (tl.cumsum(per_row, axis=0) - per_row)[:, None] + tl.cumsum(cand, axis=1) - 1
+            pos = base + rank  # rank: in the chunk, column order
+            keep = (cand > 0) & (pos < CAP)
+            b_off = row.to(tl.int64) * stride_b
+            tl.store(kbuf_ptr + b_off + pos, key1, mask=keep)
+            tl.store(pbuf_ptr + b_off + pos, (rank << COL_BITS) | e, mask=keep)
     tl.store(cc_ptr + row.to(tl.int64) * stride_cc + c, n)  # every chunk, 0 past the length
 
 
