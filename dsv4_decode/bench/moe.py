@@ -5,9 +5,10 @@ CUDA-graph replay of 20 back-to-back layers, each call with its own input rows, 
 shared-expert copy (8 copies, > L2) and, through its own routing, its own experts of a
 384-expert bank, so weights come from HBM as in a real step. Rows 1, 6, 12, 48, 96, 192 at
 the TP=4 rank shapes (I = 576) and TP=1 (I = 2304); also the DSpark draft layer (128 experts,
-top-3). Implementations: ``ours`` (route + moe_experts) and ``torch`` (the PyTorch twin's
-math per slot, dequantise + matmuls, ``torch.compile``d; only where its gathered bf16 weights
-stay small).
+top-3). Implementations: ``ours`` (route + moe_experts, default tiles), ``ours-wgmma`` (the
+64/128-row wgmma tiles, to confirm the default) and ``torch`` (the PyTorch twin's math per
+slot, dequantise + matmuls, ``torch.compile``d; only where its gathered bf16 weights stay
+small).
 The floor: distinct experts touched (measured from each call's routing) x expert bytes +
 shared expert + router, at 4.5 TB/s. CSV rows are appended to ``DIR/moe.csv``.
 """
@@ -24,6 +25,7 @@ from dsv4_decode.bench.results import RESULTS_DIR, Row, case_key, print_table, w
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.formats import quant_fp8_weight
 from dsv4_decode.ops.moe import (
+    MoEConfig,
     alloc_moe_workspace,
     alloc_routing,
     moe_experts,
@@ -34,6 +36,7 @@ from dsv4_decode.ops.moe import (
 D = 5120
 CALLS = 20
 COPIES = 8  # router + shared expert copies: 8 x 12.8 MB (TP=4) > the 60 MB L2
+WGMMA = MoEConfig(up_n=64, down_n=128, num_warps=4)  # the alternative tiles, side by side
 
 
 def expert_bytes(d: int, inter: int, block: int = 32) -> int:
@@ -116,18 +119,21 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
              + shared_bytes(D, layer.inter) + layer.n_exp * (2 * D + 4))
     case = case_key(rows=rows, tp=tp, experts=layer.n_exp, topk=top_k)
     rows_out = []
-    state = {"i": 0}
+    # the default tiles (mma.sync, one warp per 16 weight rows) and the wgmma alternative
+    for impl, cfg in (("ours", None), ("ours-wgmma", WGMMA)):
+        state = {"i": 0}
 
-    def ours():
-        i = state["i"] % CALLS
-        state["i"] += 1
-        route(xs[i], *layer.gates[i % COPIES], top_k=top_k, out=routing)
-        moe_experts(xs[i], routing, layer.prepared[i % COPIES], out=out, workspace=ws)
+        def ours(cfg=cfg, state=state):
+            i = state["i"] % CALLS
+            state["i"] += 1
+            route(xs[i], *layer.gates[i % COPIES], top_k=top_k, out=routing)
+            moe_experts(xs[i], routing, layer.prepared[i % COPIES], out=out, workspace=ws,
+                        config=cfg)
 
-    try:
-        rows_out.append(Row("moe", case, "ours", graph_time_us(ours, calls=CALLS), floor))
-    except Exception as err:  # report (e.g. a compile failure), keep going
-        print(f"ours failed at {case}: {type(err).__name__}: {err}"[:400])
+        try:
+            rows_out.append(Row("moe", case, impl, graph_time_us(ours, calls=CALLS), floor))
+        except Exception as err:  # report (e.g. a compile failure), keep going
+            print(f"{impl} failed at {case}: {type(err).__name__}: {err}"[:400])
     if with_torch:
         state = {"i": 0}
 
@@ -172,7 +178,7 @@ def main(argv=None) -> None:
             rows_all += bench_case(layer, rows, top_k, tp, compiled, with_torch)
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "torch"])
+    print_table(rows_all, ["ours", "ours-wgmma", "torch"])
     path = write_rows(rows_all, "moe", args.out)
     print(f"appended {len(rows_all)} rows to {path}")
 
