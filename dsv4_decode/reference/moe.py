@@ -20,8 +20,9 @@ def dequant_expert(packed: torch.Tensor, scale: torch.Tensor, block: int) -> tor
     codes = torch.arange(256, device=packed.device)
     lut = formats.e2m1_decode(torch.stack((codes & 15, codes >> 4), dim=-1))  # [256, 2]
     out_f = packed.shape[0]
-    v = lut[packed.int()].reshape(out_f, scale.shape[1], block)
-    return (v * formats.ue8m0_decode(scale)[..., None]).reshape(out_f, -1)
+    v = F.embedding(packed.int(), lut).reshape(out_f, scale.shape[1], block)
+    v.mul_(formats.ue8m0_decode(scale)[..., None])
+    return v.reshape(out_f, -1)
 
 
 def route(x: torch.Tensor, gate_w: torch.Tensor, bias: torch.Tensor, top_k: int,
