@@ -16,9 +16,10 @@ Generation (fast enough for one TP=4 rank of v41-flash, ~75 GB, in seconds on a 
 - the routed experts of a layer live in one stacked ``[E, ...]`` tensor per projection; the
   per-expert entries are views of it.
 
-Reproducibility and TP: every tensor is cut along its split dim into fixed units (8 equal
-parts, or the engram hash-column buckets), each drawn from its own generator seeded by
-``(seed, name, unit)``. A rank's shard is therefore exactly the matching slice of the tp = 1
+Reproducibility and TP: every split tensor larger than 64 MiB is cut along its split dim into
+fixed units (8 equal parts, or the engram hash-column buckets), each drawn from its own
+generator seeded by ``(seed, name, unit)``; smaller ones are one unit, drawn whole on every
+rank. A rank's shard is therefore exactly the matching slice of the tp = 1
 tensor for every tp, and replicated tensors are identical on every rank. Values depend on the
 seed and the device type (CPU and CUDA generators differ), not on tp.
 
@@ -56,6 +57,7 @@ from .shard import check_tp, local_shape, storage_range
 
 OUT_GAIN = 0.3  # gain of the projections that write into the residual streams
 UNITS = 8  # generation units along a split dim (the largest tp)
+_WHOLE_BYTES = 1 << 26  # split tensors up to this size (all ranks) are drawn whole
 _CHUNK = 1 << 26  # int64 words per in-place pass when shaping FP8 codes (bounds temps)
 
 
@@ -138,10 +140,13 @@ def _seed(seed: int, key: str, unit: int) -> int:
     return int.from_bytes(h, "little") & ((1 << 63) - 1)
 
 
-def _units(p: Param, cfg: ModelConfig) -> list[tuple[int, int]]:
-    """Fixed generation units [u0, u1) in storage indices along ``p.split_dim``."""
+def _units(p: Param, cfg: ModelConfig, stack: int) -> list[tuple[int, int]]:
+    """Fixed generation units [u0, u1) in storage indices along ``p.split_dim``: the whole
+    tensor when it is replicated or small (every rank draws it and keeps its slice), else 8
+    equal parts or the engram hash-column buckets (a rank draws only the units it holds)."""
     n = p.shape[p.split_dim]
-    if p.split is None:
+    nbytes = max(stack, 1) * math.prod(p.shape) * p.dtype.itemsize
+    if p.split is None or nbytes <= _WHOLE_BYTES:
         return [(0, n)]
     if p.split == "engram":
         bounds = engram_offsets(cfg, p.engram)
@@ -162,7 +167,7 @@ def _generate(key: str, p: Param, stack: int, cfg: ModelConfig, seed: int, devic
     out = torch.empty(full, dtype=p.dtype, device=device)
     if n > stop - start:  # zero-padded vocab rows of the last rank
         out.narrow(dim, stop - start, n - (stop - start)).zero_()
-    for u, (u0, u1) in enumerate(_units(p, cfg)):
+    for u, (u0, u1) in enumerate(_units(p, cfg, stack)):
         o0, o1 = max(u0, start), min(u1, stop)
         if o0 >= o1:
             continue

@@ -66,8 +66,8 @@ def _check(logits, rec, cfg):
 
 def test_activations_o1_flash_widths():
     """3 layers at D = 5120 (SWA; ratio-2 KV source with engram; ratio-1 candidate source),
-    8 experts of the real size (top-6), 2 tokens."""
-    cfg = _flash_slice(3, (0, 2, 1), (1, 2), (1, 2), 2, (1,), experts=8, vocab=1024)
+    6 experts of the real size (top-6: all routed), 2 tokens."""
+    cfg = _flash_slice(3, (0, 2, 1), (1, 2), (1, 2), 2, (1,), experts=6, vocab=1024)
     logits, rec = _run(cfg, "cpu", n_tokens=2)
     _check(logits, rec, cfg)
 
@@ -82,10 +82,10 @@ def _deep(experts, vocab):
 
 def test_activations_o1_deep_schedule_narrow():
     """The deep schedule at reduced widths (D = 512): the stream's growth over many layers."""
-    cfg = _deep(experts=16, vocab=1024).replace(
+    cfg = _deep(experts=8, vocab=1024).replace(
         hidden_size=512, q_lora_rank=256, num_attention_heads=8, head_dim=128, o_groups=2,
         o_lora_rank=128, moe_intermediate_size=256, index_n_heads=4)
-    logits, rec = _run(cfg, "cpu", n_tokens=16)
+    logits, rec = _run(cfg, "cpu", n_tokens=8)
     _check(logits, rec, cfg)
 
 

@@ -10,6 +10,7 @@ from weights_cases import assert_same_weights, bits, tiny_engram
 from dsv4_decode import formats
 from dsv4_decode.config import ModelConfig
 from dsv4_decode.weights import param_table, random_weights, shard
+from dsv4_decode.weights import random as wrandom
 from dsv4_decode.weights.random import init_stats
 from dsv4_decode.weights.shard import local_shape
 
@@ -69,7 +70,10 @@ def test_seeded_and_reproducible():
 
 
 @pytest.mark.parametrize("quantized", [True, False])
-def test_tp_shards_are_slices_of_the_whole(quantized):
+@pytest.mark.parametrize("units", ["whole", "split"])
+def test_tp_shards_are_slices_of_the_whole(quantized, units, monkeypatch):
+    if units == "split":  # every split tensor drawn in 8 units / per engram bucket
+        monkeypatch.setattr(wrandom, "_WHOLE_BYTES", 0)
     cfg = tiny_engram(quantized=quantized)
     full = random_weights(cfg, seed=2)
     table = {p.name: p for p in param_table(cfg)}
