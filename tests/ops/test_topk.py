@@ -51,6 +51,12 @@ def make_logits(kind: str, rows: int, cols: int, gen: torch.Generator) -> torch.
         perm = torch.randperm(cols, generator=gen)
         x[:, perm[:cols // 150]] = 15.0
         x[:, perm[cols // 150:cols // 150 + cols // 600]] = 20.0
+    elif kind == "lumped":  # the top values share one strided group: far above T0
+        x = r
+        x[:, 100:100 + 16 * 20:16] = 1000.0
+    elif kind == "distinct":  # all different up to 16,128 columns: exactly k >= the k-th
+        bits = torch.stack([torch.randperm(cols, generator=gen) for _ in range(rows)])
+        x = (bits % 0x3F00 + 0x0080).to(torch.int16).view(BF16)  # positive finite patterns
     elif kind == "neg_inf":
         x = torch.full((rows, cols), float("-inf"))
     else:
@@ -163,6 +169,8 @@ CPU_CASES = [  # rows, cols, k, lengths, kind
     (2, 6000, 16, "full", "hidden"),
     (2, 700, 16, "full", "neg_inf"),
     (7, 6000, 16, "edges", "tied"),
+    (2, 6000, 16, "full", "lumped"),
+    (7, 5000, 64, "edges", "distinct"),
     (2, 16384, 8, "full", "random"),
 ]
 
@@ -286,7 +294,8 @@ def test_gpu_random_production(rows, cols, k, lens_spec):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["crowded", "constant", "rising", "falling", "special",
-                                  "hidden", "neg_inf", "tied"])
+                                  "hidden", "neg_inf", "tied", "lumped",
+                                  "distinct"])
 @pytest.mark.parametrize("rows,cols", [(2, 1048576), (6, 65536), (64, 8192)])
 @pytest.mark.parametrize("k", [512, 2048])
 def test_gpu_patterns(kind, rows, cols, k):

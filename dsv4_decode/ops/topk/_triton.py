@@ -176,11 +176,11 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc
 
 
 @triton.jit
-def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
+def _select_tile(kb_ptr, pb_ptr, n, t0, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
                  SIZE: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr):
     """Exact top-K of the row's n (<= SIZE) candidates, written in ascending index order.
 
-    tau = the K-th largest key1, bit by bit (17 reductions). The candidates are then put in
+    tau = the K-th largest key1 (all candidates have key1 >= t0). The candidates are then put in
     index order (chunk prefix of the per-chunk counts + rank inside the chunk: independent of
     the order the atomics gave the buffer), where one prefix sum ranks the ties at tau so the
     lowest indices win, and a second one packs the kept indices.
@@ -190,10 +190,18 @@ def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
     key1 = tl.load(kb_ptr + i, mask=m, other=0)
     packed = tl.load(pb_ptr + i, mask=m, other=0)
     idx = packed & COL_MASK
-    tau = n * 0
-    for b in tl.static_range(16, -1, -1):
-        cand = tau | (1 << b)
-        tau = tl.where(tl.sum((m & (key1 >= cand)).to(tl.int32), axis=0) >= K, cand, tau)
+    # Candidates usually span < 256 keys above T0 (2 octaves of bf16): one histogram of
+    # key1 - T0 (the last bin holds everything further up) finds tau; otherwise bit by bit.
+    bins = tl.arange(0, 256)
+    hist = tl.histogram(tl.minimum(tl.maximum(key1 - t0, 0), 255), 256, mask=m)
+    at_least = n - tl.cumsum(hist, axis=0) + hist  # candidates with key1 - T0 >= bin
+    top_bin = tl.max(tl.where(at_least >= K, bins, -1), axis=0)
+    tau = tl.where(n >= K, t0 + top_bin, 0)
+    if (n >= K) & (top_bin == 255):
+        tau = n * 0
+        for b in tl.static_range(16, -1, -1):
+            cand = tau | (1 << b)
+            tau = tl.where(tl.sum((m & (key1 >= cand)).to(tl.int32), axis=0) >= K, cand, tau)
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     j = tl.arange(0, NCH)
@@ -252,20 +260,21 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr, sc_ptr,
-                   out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_chunks, K,
+def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
+                   sc_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_chunks, K,
                    BLOCK: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr,
                    SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
     row = tl.program_id(0)
     n = tl.load(cnt_ptr + row)
+    t0 = tl.load(thr_ptr + row)
     b_off = row.to(tl.int64) * stride_b
     cc_off = row.to(tl.int64) * stride_cc
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, t0, cc_ptr + cc_off, n_chunks,
                      pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, CHUNK, NCH)
     elif n <= CAP:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, t0, cc_ptr + cc_off, n_chunks,
                      pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, CHUNK, NCH)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
@@ -295,7 +304,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
             ws.kbuf.stride(0), ws.cc.stride(0), cols, CAP=cfg.cap, num_warps=4, **common)
     if stages >= 4:
         _select_kernel[(rows,)](
-            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,
+            x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,
             x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
             NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block,
             num_warps=8, **common)
