@@ -30,15 +30,38 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import torch
+
 from ..config import ModelConfig
 from .loader import load, load_tokenizer, save_checkpoint
 from .names import COMPONENTS, Param, engram_offsets, engram_primes, engram_rows, param_table
 from .random import random_weights
 from .shard import check_tp, local_shape, shard
 
-__all__ = ["COMPONENTS", "Param", "engram_offsets", "engram_primes", "engram_rows", "load",
-           "load_tokenizer", "local_shape", "param_bytes", "param_counts", "param_table",
-           "random_weights", "save_checkpoint", "shard"]
+__all__ = ["COMPONENTS", "Param", "engram_offsets", "engram_primes", "engram_rows",
+           "expert_stack", "load", "load_tokenizer", "local_shape", "param_bytes",
+           "param_counts", "param_table", "random_weights", "save_checkpoint", "shard"]
+
+
+def expert_stack(weights: dict[str, torch.Tensor], cfg: ModelConfig, layer: int, proj: str,
+                 part: str = "weight") -> torch.Tensor:
+    """``[E, ...]`` stack of ``layers.{layer}.ffn.experts.{e}.{proj}.{part}`` for e < E.
+
+    Zero-copy when the per-expert tensors are the consecutive slices of one contiguous stacked
+    tensor (``random_weights`` and ``load`` store them so); otherwise a stacked copy (e.g.
+    after ``dequantize=True``). proj: ``w1``, ``w2`` or ``w3``; part: ``weight`` or ``scale``.
+    """
+    names = [f"layers.{layer}.ffn.experts.{e}.{proj}.{part}" for e in range(cfg.n_routed_experts)]
+    missing = [n for n in names if n not in weights]
+    if missing:
+        raise ValueError(f"weights: missing {missing[0]!r} (and {len(missing) - 1} more)")
+    ts = [weights[n] for n in names]
+    base = ts[0]._base
+    if (base is not None and base.is_contiguous() and base.shape[0] == len(ts)
+            and all(t._base is base and t.data_ptr() == base[e].data_ptr()
+                    and t.shape == base.shape[1:] for e, t in enumerate(ts))):
+        return base
+    return torch.stack(ts)
 
 
 def param_counts(cfg: ModelConfig, tp: int = 1) -> dict[str, int]:

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from .. import formats
 from ..config import ModelConfig
-from .names import Param, param_table
+from .names import Param, param_table, stack_key
 from .shard import check_tp, local_shape, pad_to, storage_range
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -59,7 +59,9 @@ def load(model_dir, cfg: ModelConfig | None = None, tp: int = 1, rank: int = 0, 
 
     cfg: defaults to ``ModelConfig.from_hf(model_dir)``. Returns ``(cfg, weights)`` with
     ``weights`` in the contract (``dsv4_decode.weights``): FP8 weights with their ue8m0 block
-    scales and packed MXFP4 experts with their scales, as stored. ``dequantize=True`` turns
+    scales and packed MXFP4 experts with their scales, as stored; the routed experts of a layer
+    and projection are views of one stacked ``[E, ...]`` tensor (see ``expert_stack``), as
+    with ``random_weights``. ``dequantize=True`` turns
     every FP8 / FP4 weight and the engram tables into bf16 (exact: e4m3 / e2m1 times a power
     of two fits bf16) without scale entries and returns ``cfg`` with ``quantized=False``.
     ``engram_tables=False`` skips reading the engram tables (~98 GB per layer in the release;
@@ -75,6 +77,7 @@ def load(model_dir, cfg: ModelConfig | None = None, tp: int = 1, rank: int = 0, 
     for name, (stored, file) in where.items():
         by_file[file].append((stored, table[name]))
     out: dict[str, torch.Tensor] = {}
+    stacks: dict[str, torch.Tensor] = {}  # routed experts: one [E, ...] tensor per projection
     with tqdm(total=len(where), unit="tensor", disable=not progress,
               desc=f"load {model_dir.name} (rank {rank}/{tp})") as bar:
         for file, items in by_file.items():
@@ -86,7 +89,15 @@ def load(model_dir, cfg: ModelConfig | None = None, tp: int = 1, rank: int = 0, 
                         bar.update()
                         continue
                     t = _read(f, sl, stored, file, p, cfg, tp, rank)
-                    out[p.name] = t.to(device)
+                    if p.expert >= 0:
+                        key = stack_key(p)
+                        if key not in stacks:
+                            stacks[key] = torch.empty((cfg.n_routed_experts, *t.shape),
+                                                      dtype=t.dtype, device=device)
+                        out[p.name] = stacks[key][p.expert]
+                        out[p.name].copy_(t)
+                    else:
+                        out[p.name] = t.to(device)
                     bar.update()
     out = {n: out[n] for n in table if n in out}  # table order
     if dequantize and cfg.quantized:

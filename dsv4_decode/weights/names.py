@@ -86,6 +86,15 @@ class Param:
         return self.name[: -len("scale")] + "weight" if self.is_scale else self.name
 
 
+def stack_key(p: Param) -> str:
+    """The routed experts of one layer, projection and part share a key
+    (``layers.3.ffn.experts.w1.weight``): they are stored as one stacked ``[E, ...]`` tensor
+    whose per-expert views carry the per-expert names. Other tensors: their own name."""
+    if p.expert < 0:
+        return p.name
+    return p.name.replace(f".experts.{p.expert}.", ".experts.")
+
+
 def engram_primes(cfg: ModelConfig) -> tuple[tuple[int, ...], ...]:
     """Bucket primes per engram layer, in column order ``c = (n-2) * engram_n_heads + h``.
 

@@ -14,7 +14,7 @@ Generation (fast enough for one TP=4 rank of v41-flash, ~75 GB, in seconds on a 
   so the scales vary by 4x from block to block (a kernel reading the wrong scale fails);
 - bf16 / fp32 tensors are ``mean + std * randn``;
 - the routed experts of a layer live in one stacked ``[E, ...]`` tensor per projection; the
-  per-expert entries are views of it.
+  per-expert entries are views of it (``expert_stack`` hands it out without a copy).
 
 Reproducibility and TP: every split tensor larger than 64 MiB is cut along its split dim into
 fixed units (8 equal parts, or the engram hash-column buckets), each drawn from its own
@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from ..config import ModelConfig
 from ..formats import E2M1_VALUES
-from .names import Param, engram_offsets, param_table
+from .names import Param, engram_offsets, param_table, stack_key
 from .shard import check_tp, local_shape, storage_range
 
 OUT_GAIN = 0.3  # gain of the projections that write into the residual streams
@@ -79,7 +79,7 @@ def random_weights(cfg: ModelConfig, seed: int = 0, device="cpu", tp: int = 1, r
     for p in param_table(cfg):
         if p.component == "engram_tables" and not engram_tables:
             continue
-        groups.setdefault(_stack_key(p), []).append(p)
+        groups.setdefault(stack_key(p), []).append(p)
     sizes = {k: len(ps) * math.prod(local_shape(ps[0], cfg, tp, rank)) * ps[0].dtype.itemsize
              for k, ps in groups.items()}
     out: dict[str, torch.Tensor] = {}
@@ -128,13 +128,6 @@ def init_stats(p: Param, cfg: ModelConfig) -> tuple[float | torch.Tensor, float]
 
 
 # --------------------------------------------------------------------------- generation
-
-
-def _stack_key(p: Param) -> str:
-    """Routed experts of one layer and projection share a key (one stacked tensor)."""
-    if p.expert < 0:
-        return p.name
-    return p.name.replace(f".experts.{p.expert}.", ".experts.")
 
 
 def _seed(seed: int, key: str, unit: int) -> int:

@@ -221,3 +221,23 @@ def test_load_tokenizer(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
     assert load_tokenizer(tmp_path).encode("a b c").ids == [0, 1, 2]
+
+
+def test_expert_stacks_are_zero_copy(ckpt):
+    from dsv4_decode.weights import expert_stack
+
+    d, cfg, w = ckpt
+    _, got = load(d, tp=2, rank=1, progress=False)
+    _, deq = load(d, dequantize=True, progress=False)
+    for weights in (w, got):  # random_weights and load: views of one stacked tensor
+        for proj in ("w1", "w2", "w3"):
+            for part in ("weight", "scale"):
+                s = expert_stack(weights, cfg, 2, proj, part)
+                first = weights[f"layers.2.ffn.experts.0.{proj}.{part}"]
+                assert s.data_ptr() == first.data_ptr() and s.shape[0] == cfg.n_routed_experts
+                assert torch.equal(s, torch.stack([weights[f"layers.2.ffn.experts.{e}.{proj}."
+                                                            f"{part}"] for e in range(4)]))
+    s = expert_stack(deq, cfg, 0, "w2")  # dequantized: separate tensors, stacked by copy
+    assert s.dtype == torch.bfloat16 and s.shape == (4, 64, 64)
+    with pytest.raises(ValueError, match="missing"):
+        expert_stack(deq, cfg, 0, "w2", "scale")
