@@ -9,7 +9,13 @@ from weights_cases import assert_same_weights, tiny_engram
 
 from dsv4_decode import formats
 from dsv4_decode.config import ModelConfig
-from dsv4_decode.weights import param_bytes, param_table, random_weights, shard
+from dsv4_decode.weights import (
+    expert_stack,
+    param_bytes,
+    param_table,
+    random_weights,
+    shard,
+)
 from dsv4_decode.weights.random import init_stats
 
 
@@ -49,9 +55,12 @@ def test_flash_rank_in_seconds():
         v = formats.dequant_fp8_weight(q, w[name[:-6] + "scale"], 32)
         rms, target = v.pow(2).mean().sqrt().item(), init_stats(table[name], cfg)[1]
         assert 0.85 < rms / target < 1.15, (name, rms, target)
+    stack = expert_stack(w, cfg, 7, "w1")  # the MoE kernels' [E, I/tp, D/2] operand, no copy
+    assert stack.shape == (384, 576, 2560) and stack.data_ptr() == w[
+        "layers.7.ffn.experts.0.w1.weight"].data_ptr()
     name = "layers.39.ffn.experts.383.w2.weight"
     assert w[name].shape == (5120, 288) and w[name[:-6] + "scale"].shape == (5120, 18)
     v = formats.dequant_mxfp4(w[name], w[name[:-6] + "scale"])
     assert 0.9 < v.pow(2).mean().sqrt().item() / init_stats(table[name], cfg)[1] < 1.1
-    del w, v
+    del w, v, stack
     torch.cuda.empty_cache()
