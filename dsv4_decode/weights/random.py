@@ -21,7 +21,8 @@ fixed units (8 equal parts, or the engram hash-column buckets), each drawn from 
 generator seeded by ``(seed, name, unit)``; smaller ones are one unit, drawn whole on every
 rank. A rank's shard is therefore exactly the matching slice of the tp = 1 tensor for every
 tp, and replicated tensors are identical on every rank. Values depend on the seed and the
-device type (CPU and CUDA generators differ), not on tp.
+device (CPU and CUDA generators differ; CUDA's draw layout follows the GPU's SM count, so use
+one GPU model), not on tp.
 
 Magnitudes (the stream S starts at RMS ~1; every sublayer adds outputs of RMS ~0.1-0.3):
 - linear weights ``N(0, 1/fan_in)``: unit-RMS inputs give unit-RMS outputs (q, kv, indexer,
@@ -36,6 +37,9 @@ Magnitudes (the stream S starts at RMS ~1; every sublayer adds outputs of RMS ~0
 - ``attn_sink ~ N(0, 0.1)``; router ``gate.weight ~ N(0, 0.25/D)`` (logits ~N(0, 0.5^2): near
   uniform, yet a clear top-k), ``gate.bias`` / ``bias_vl ~ N(0, 0.05)``;
 - ``embed ~ N(0, 1)``, ``head ~ N(0, 1/D)`` (logits ~N(0, 1)); engram table rows RMS 1.
+- V4 only: compressor position bias ``ape ~ N(0, 0.5)`` (gate logits are ~N(0, 1));
+  ``hc_head_fn ~ N(0, 1/(N*D))``, ``hc_head_base ~ N(0, 0.1)``, ``hc_head_scale ~ 0.5``;
+  ``gate.tid2eid``: per token ``top_k`` distinct expert ids, uniform.
 Through the reference model (``tests/weights/test_activations_o1.py``) the stream RMS goes
 from 1.0 to ~1.6 over 26 layers; attention adds ~0.12, the MoE ~0.22, engram ~0.25.
 
@@ -105,6 +109,10 @@ def init_stats(p: Param, cfg: ModelConfig) -> tuple[float | torch.Tensor, float]
         return 1.0, 0.1
     if name.endswith("_fn"):
         return 0.0, 1.0 / math.sqrt(N * D)
+    if name == "hc_head_base":
+        return 0.0, 0.1
+    if name.endswith(".ape"):
+        return 0.0, 0.5
     if name.endswith("_base"):
         mean = torch.zeros((2 + N) * N)
         mean[2 * N:].view(N, N).diagonal().fill_(2.0)
@@ -184,7 +192,10 @@ def _generate(key: str, p: Param, stack: int, cfg: ModelConfig, seed: int, devic
 
 def _fill(buf: torch.Tensor, p: Param, cfg: ModelConfig, g: torch.Generator):
     """Fill the contiguous ``buf`` (one generation unit of ``p``) from ``g``."""
-    if p.fmt in ("fp8", "rows8", "fp4"):
+    if p.fmt == "i32":  # tid2eid: distinct expert ids per token
+        r = torch.rand(buf.shape[0], cfg.n_routed_experts, generator=g, device=buf.device)
+        buf.copy_(r.argsort(dim=-1)[:, : buf.shape[1]])
+    elif p.fmt in ("fp8", "rows8", "fp4"):
         raw = buf.view(torch.uint8).view(-1)
         in_place = raw.numel() % 8 == 0 and raw.data_ptr() % 8 == 0
         # same draws either way: one int64 word per 8 bytes of the unit
