@@ -5,12 +5,13 @@ Four launches per call, all rows at once, every length read on the device:
 1. ``_group_max_kernel``  grid (rows, chunks): one read of the row; per chunk, the maxima of
    strided groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level)
    at the level the row's length selects, so a row has ``target .. 2*target`` groups.
-2. ``_threshold_kernel``  grid (rows,): T0 = the k-th largest group maximum. At least k
-   elements are >= T0 (every one of those k groups holds its maximum), so the top k are >= T0.
+2. ``_threshold_kernel``  grid (rows,): T0 = the k-th largest group maximum (``_kth_largest``:
+   a 256-bin histogram below the maximum, else a bitwise search). At least k elements are
+   >= T0 (every one of those k groups holds its maximum), so the top k are >= T0.
 3. ``_collect_kernel``    grid (rows, chunks): re-reads the row (from L2 when it fits) and
    appends every element >= T0 to the row's candidate buffer (key1, and its index with its rank
    inside the chunk), one atomic per chunk; stores each chunk's candidate count.
-4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate bit by bit and
+4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key and
    writes the selected indices in ascending order (deterministic whatever order the atomics
    gave). Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by counting
    scans over the row in one CTA: slow, but exact and deterministic.
@@ -78,6 +79,28 @@ def _level(len_e, TARGET: tl.constexpr, LMAX: tl.constexpr):
 
 
 @triton.jit
+def _kth_largest(v, m, K):
+    """The K-th largest of the non-negative int32 ``v[m]`` (the largest t with #{v >= t} >= K);
+    0 when fewer than K are masked in.
+
+    Selected values usually lie within 255 keys (2 octaves of bf16) of the largest: one 256-bin
+    histogram of the distance to it answers; otherwise a 17-step bitwise search does.
+    """
+    n = tl.sum(m.to(tl.int32), axis=0)
+    top = tl.max(tl.where(m, v, 0), axis=0)
+    bins = tl.arange(0, 256)
+    hist = tl.histogram(tl.minimum(top - tl.where(m, v, top), 255), 256, mask=m)
+    first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, bins, 256), axis=0)
+    t = tl.where(n >= K, top - first, 0)
+    if (n >= K) & (first >= 255):  # bin 255 also holds everything further down
+        t = n * 0
+        for b in tl.static_range(16, -1, -1):
+            cand = t | (1 << b)
+            t = tl.where(tl.sum((m & (v >= cand)).to(tl.int32), axis=0) >= K, cand, t)
+    return t
+
+
+@triton.jit
 def _store_level(g, g_ptr, unit, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
     """Store level ``lvl`` of ``g`` (CHUNK maxima) at ``g_ptr + unit * (CHUNK >> lvl)``.
 
@@ -133,13 +156,9 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
     n_groups = ((len_e + span - 1) // span) * per_span
     i = tl.arange(0, GROUPS)
     g = tl.load(gmax_ptr + row.to(tl.int64) * stride_g + i, mask=i < n_groups, other=0)
-    # T0 = max t with #{g >= t} >= K, bit by bit (the predicate is monotone in t); 1 when fewer
-    # than K groups are valid, i.e. every valid element is a candidate.
-    t = len_e * 0
-    for b in tl.static_range(16, -1, -1):
-        cand = t | (1 << b)
-        t = tl.where(tl.sum((g >= cand).to(tl.int32), axis=0) >= K, cand, t)
-    tl.store(thr_ptr + row, tl.maximum(t, 1))
+    # T0 = the K-th largest group maximum; 1 (every valid element a candidate) when fewer than
+    # K groups are valid.
+    tl.store(thr_ptr + row, tl.maximum(_kth_largest(g, g > 0, K), 1))
     tl.store(cnt_ptr + row, 0)
 
 
@@ -176,32 +195,21 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc
 
 
 @triton.jit
-def _select_tile(kb_ptr, pb_ptr, n, t0, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
+def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
                  SIZE: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr):
     """Exact top-K of the row's n (<= SIZE) candidates, written in ascending index order.
 
-    tau = the K-th largest key1 (all candidates have key1 >= t0). The candidates are then put in
-    index order (chunk prefix of the per-chunk counts + rank inside the chunk: independent of
-    the order the atomics gave the buffer), where one prefix sum ranks the ties at tau so the
-    lowest indices win, and a second one packs the kept indices.
+    tau = the K-th largest key1. The candidates are then put in index order (chunk prefix of
+    the per-chunk counts + rank inside the chunk: independent of the order the atomics gave the
+    buffer), where one prefix sum ranks the ties at tau so the lowest indices win, and a second
+    one packs the kept indices.
     """
     i = tl.arange(0, SIZE)
     m = i < n
     key1 = tl.load(kb_ptr + i, mask=m, other=0)
     packed = tl.load(pb_ptr + i, mask=m, other=0)
     idx = packed & COL_MASK
-    # Candidates usually span < 256 keys above T0 (2 octaves of bf16): one histogram of
-    # key1 - T0 (the last bin holds everything further up) finds tau; otherwise bit by bit.
-    bins = tl.arange(0, 256)
-    hist = tl.histogram(tl.minimum(tl.maximum(key1 - t0, 0), 255), 256, mask=m)
-    at_least = n - tl.cumsum(hist, axis=0) + hist  # candidates with key1 - T0 >= bin
-    top_bin = tl.max(tl.where(at_least >= K, bins, -1), axis=0)
-    tau = tl.where(n >= K, t0 + top_bin, 0)
-    if (n >= K) & (top_bin == 255):
-        tau = n * 0
-        for b in tl.static_range(16, -1, -1):
-            cand = tau | (1 << b)
-            tau = tl.where(tl.sum((m & (key1 >= cand)).to(tl.int32), axis=0) >= K, cand, tau)
+    tau = _kth_largest(key1, m, K)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     j = tl.arange(0, NCH)
@@ -260,21 +268,20 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
                    sc_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_chunks, K,
                    BLOCK: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr,
                    SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
     row = tl.program_id(0)
     n = tl.load(cnt_ptr + row)
-    t0 = tl.load(thr_ptr + row)
     b_off = row.to(tl.int64) * stride_b
     cc_off = row.to(tl.int64) * stride_cc
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, t0, cc_ptr + cc_off, n_chunks,
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
                      pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, CHUNK, NCH)
     elif n <= CAP:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, t0, cc_ptr + cc_off, n_chunks,
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
                      pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, CHUNK, NCH)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
@@ -304,7 +311,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
             ws.kbuf.stride(0), ws.cc.stride(0), cols, CAP=cfg.cap, num_warps=4, **common)
     if stages >= 4:
         _select_kernel[(rows,)](
-            x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,
+            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,
             x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
             NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block,
             num_warps=8, **common)
