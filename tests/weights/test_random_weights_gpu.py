@@ -16,11 +16,15 @@ from dsv4_decode.weights import (
     random_weights,
     shard,
 )
+from dsv4_decode.weights import random as wrandom
 from dsv4_decode.weights.random import init_stats
 
 
 @pytest.mark.gpu
-def test_tiny_on_gpu_contract():
+@pytest.mark.parametrize("units", ["whole", "split"])
+def test_tiny_on_gpu_contract(units, monkeypatch):
+    if units == "split":  # every split tensor drawn in 8 units / per engram bucket
+        monkeypatch.setattr(wrandom, "_WHOLE_BYTES", 0)
     cfg = tiny_engram()
     full = random_weights(cfg, seed=4, device="cuda")
     assert all(t.is_cuda for t in full.values())
