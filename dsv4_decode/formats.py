@@ -20,6 +20,9 @@ Block fake-quants (model semantics, spec §9.2)
 
 Records (logical byte order; the paged physical layout lives in ``engine/cache.py``)
 ---------------------------------------------------------------------------------
+Sizes below are V4.1's (d = 512, index dim 128); the codecs take any multiple of 32 and keep the
+same layout scaled (the tiny test configs use d = 32).
+
 - window record, 528 B: bytes 0..511 = e4m3 of dims 0..511; bytes 512..527 = ue8m0 scale of
   dims ``32b .. 32b+31`` for b = 0..15.
 - compressed record, 288 B: bytes 0..255 = packed e2m1 of dims 0..511; bytes 256..287 = e4m3
@@ -74,10 +77,9 @@ def ceil_log2(t: torch.Tensor) -> torch.Tensor:
 
 
 def ue8m0_encode(exponent: torch.Tensor) -> torch.Tensor:
-    """Power-of-two exponent (int) -> ue8m0 byte ``exponent + 127``; must lie in [-127, 127]."""
-    if exponent.numel() and (int(exponent.min()) < -127 or int(exponent.max()) > 127):
-        raise ValueError("ue8m0 exponent out of range [-127, 127]")
-    return (exponent.to(torch.int32) + 127).to(torch.uint8)
+    """Power-of-two exponent (int) -> ue8m0 byte ``exponent + 127``, saturated to [-127, 127]
+    (the quantizers' amax floors keep real exponents inside; no host read, graph-safe)."""
+    return (exponent.to(torch.int32).clamp(-127, 127) + 127).to(torch.uint8)
 
 
 def ue8m0_decode(codes: torch.Tensor) -> torch.Tensor:
@@ -219,8 +221,9 @@ def encode_window_record(kv: torch.Tensor) -> torch.Tensor:
 
 
 def decode_window_record(rec: torch.Tensor) -> torch.Tensor:
-    """``[..., 528]`` uint8 -> fp32 ``[..., 512]``."""
-    return dequant_fp8_32(rec[..., :512], rec[..., 512:528])
+    """``[..., 528]`` uint8 -> fp32 ``[..., 512]`` (any ``n + n/32`` bytes -> ``n`` values)."""
+    n = rec.shape[-1] * 32 // 33
+    return dequant_fp8_32(rec[..., :n], rec[..., n:])
 
 
 def encode_compressed_record(latent: torch.Tensor) -> torch.Tensor:
@@ -230,8 +233,9 @@ def encode_compressed_record(latent: torch.Tensor) -> torch.Tensor:
 
 
 def decode_compressed_record(rec: torch.Tensor) -> torch.Tensor:
-    """``[..., 288]`` uint8 -> fp32 ``[..., 512]``."""
-    return dequant_nvfp4_16(rec[..., :256], rec[..., 256:288])
+    """``[..., 288]`` uint8 -> fp32 ``[..., 512]`` (any ``n/2 + n/16`` bytes -> ``n`` values)."""
+    n = rec.shape[-1] * 16 // 9
+    return dequant_nvfp4_16(rec[..., : n // 2], rec[..., n // 2 :])
 
 
 def encode_index_key_record(key: torch.Tensor) -> torch.Tensor:
@@ -241,8 +245,9 @@ def encode_index_key_record(key: torch.Tensor) -> torch.Tensor:
 
 
 def decode_index_key_record(rec: torch.Tensor) -> torch.Tensor:
-    """``[..., 68]`` uint8 -> fp32 ``[..., 128]``."""
-    return dequant_mxfp4(rec[..., :64], rec[..., 64:68])
+    """``[..., 68]`` uint8 -> fp32 ``[..., 128]`` (any ``n/2 + n/32`` bytes -> ``n`` values)."""
+    n = rec.shape[-1] * 32 // 17
+    return dequant_mxfp4(rec[..., : n // 2], rec[..., n // 2 :])
 
 
 # --------------------------------------------------------------------------- weights

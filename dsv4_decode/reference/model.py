@@ -29,7 +29,6 @@ import torch
 from dsv4_decode import formats
 from dsv4_decode.config import ModelConfig
 
-from . import state as rec
 from .attention import output_projection, q_path, sparse_attention, window_kv
 from .compressor import compressor_proj, latent_outputs, pool_groups
 from .engram import EngramLayout, compress_tokens, engram_forward, hash_ids
@@ -77,7 +76,7 @@ class ReferenceModel:
         if token_ids.dim() != 1 or token_ids.numel() == 0:
             raise ValueError(f"token_ids: need a non-empty 1-D tensor, got shape "
                              f"{tuple(token_ids.shape)}")
-        return self._forward(token_ids, state)
+        return self._rows(token_ids, state)
 
     def decode(self, token_ids: torch.Tensor, states: list[RequestState]) -> torch.Tensor:
         """``token_ids`` int64 ``[B, q_len]`` (row k of request b is at position
@@ -91,7 +90,7 @@ class ReferenceModel:
                              f"of token_ids")
         if len({id(s) for s in states}) != len(states):
             raise ValueError("states: the same RequestState appears twice in one batch")
-        return torch.stack([self._forward(t, s) for t, s in zip(token_ids, states, strict=True)])
+        return torch.stack([self._rows(t, s) for t, s in zip(token_ids, states, strict=True)])
 
     # ------------------------------------------------------------------ weights
 
@@ -151,16 +150,27 @@ class ReferenceModel:
 
     # ------------------------------------------------------------------ forward
 
+    def _rows(self, tokens: torch.Tensor, st: RequestState) -> torch.Tensor:
+        """One request's rows ``tokens [T]``, one row at a time through the whole model.
+
+        Causal math makes this the same function as processing the rows together; doing it row
+        by row makes every op see the same shapes in prefill and in decode, so results do not
+        depend on how rows are grouped (CPU elementwise kernels round a vectorised body and a
+        scalar tail differently, and where the tail falls depends on the tensor size)."""
+        cfg = self.cfg
+        last = st.position + tokens.shape[0] - 1
+        if last >= cfg.max_position_embeddings:
+            raise ValueError(f"token_ids: positions up to {last} exceed "
+                             f"max_position_embeddings = {cfg.max_position_embeddings}")
+        if int(tokens.min()) < 0 or int(tokens.max()) >= cfg.vocab_size:
+            raise ValueError(f"token_ids: ids must lie in [0, {cfg.vocab_size})")
+        return torch.cat([self._forward(tokens[r:r + 1], st) for r in range(tokens.shape[0])])
+
     def _forward(self, tokens: torch.Tensor, st: RequestState) -> torch.Tensor:
         """Rows of one request: ``tokens [T]`` at positions ``st.position ..`` -> ``[T, V]``."""
         cfg, dev = self.cfg, self.device
         tokens = tokens.to(dev).long()
         t, start = tokens.shape[0], st.position
-        if start + t > cfg.max_position_embeddings:
-            raise ValueError(f"token_ids: positions up to {start + t - 1} exceed "
-                             f"max_position_embeddings = {cfg.max_position_embeddings}")
-        if int(tokens.min()) < 0 or int(tokens.max()) >= cfg.vocab_size:
-            raise ValueError(f"token_ids: ids must lie in [0, {cfg.vocab_size})")
         pos = torch.arange(start, start + t, device=dev)
         ctx: dict = {"topk": {}, "cand": None, "hist": self._engram_history(tokens, st)}
 
@@ -227,7 +237,7 @@ class ReferenceModel:
     def _attention(self, i: int, x, pos, st: RequestState, ctx: dict) -> torch.Tensor:
         """Attention sublayer of layer ``i`` for one request's rows ``x [T, D]`` -> ``[T, D]``."""
         cfg, plan, pre = self.cfg, self.cfg.layers[i], f"layers.{i}.attn."
-        eps, d, win = cfg.rms_norm_eps, cfg.head_dim, cfg.sliding_window
+        eps, win = cfg.rms_norm_eps, cfg.sliding_window
         freqs = self.freqs[plan.rope]
         qr, q = q_path(x, self._get(pre + "wq_a.weight"), self._get(pre + "q_norm.weight"),
                        self._get(pre + "wq_b.weight"), pos, freqs, cfg.num_attention_heads, eps)
@@ -235,12 +245,12 @@ class ReferenceModel:
         # Window: QAT-FP8 records of this call's rows, then each row reads p-W+1 .. p.
         kv = window_kv(x, self._get(pre + "wkv.weight"), self._get(pre + "kv_norm.weight"), pos,
                        freqs, eps)
-        new = rec.encode_window(kv)  # [T, d + d/32]
+        new = formats.encode_window_record(kv)  # [T, d + d/32]
         first = int(pos[0])
         base = max(0, first - win + 1)  # oldest position any row of this call can see
         ring = st.window[i]
         old = ring[[p % win for p in range(base, first)]]  # still in the ring
-        win_kv = rec.decode_window(torch.cat((old, new)), d)  # positions base .. last row
+        win_kv = formats.decode_window_record(torch.cat((old, new)))  # positions base .. last row
         for r, p in enumerate(pos.tolist()):
             self._trace("window", i, p, kv[r])
             ring[p % win] = new[r]
@@ -249,7 +259,7 @@ class ReferenceModel:
         if plan.ratio > 0:
             if plan.mode == "full":
                 self._compress(i, x, pos, st)
-            comp = rec.decode_compressed(st.compressed[plan.kv_source], d)  # [n_total, d]
+            comp = formats.decode_compressed_record(st.compressed[plan.kv_source])  # [n_total, d]
             if plan.mode in ("full", "reindex"):
                 ctx["topk"][i] = self._index(i, qr, x, pos, st, ctx)
             topk = ctx["topk"][plan.index_source]
@@ -283,8 +293,10 @@ class ReferenceModel:
                                         self.freqs["compress"], cfg.rms_norm_eps)
             self._trace("index_key", i, j, key)
             self._trace("compressed", i, j, entry)
-            st.index_keys[i] = torch.cat((st.index_keys[i], rec.encode_index_key(key)[None]))
-            st.compressed[i] = torch.cat((st.compressed[i], rec.encode_compressed(entry)[None]))
+            key_rec = formats.encode_index_key_record(key)[None]
+            st.index_keys[i] = torch.cat((st.index_keys[i], key_rec))
+            entry_rec = formats.encode_compressed_record(entry)[None]
+            st.compressed[i] = torch.cat((st.compressed[i], entry_rec))
 
     def _index(self, i: int, qr, x, pos, st: RequestState, ctx: dict) -> list[torch.Tensor]:
         """Index source ``i``: top-k entry indices per row (level-1/2 candidates, §5.4)."""
@@ -292,7 +304,7 @@ class ReferenceModel:
         q, w = index_query(qr, x, self._get(pre + "wq_b.weight"),
                            self._get(pre + "weights_proj.weight"), pos, self.freqs["compress"],
                            cfg.index_n_heads)
-        keys = rec.decode_index_key(st.index_keys[plan.kv_source], cfg.index_head_dim)
+        keys = formats.decode_index_key_record(st.index_keys[plan.kv_source])
         if plan.candidate_publisher:
             ctx["cand"] = []
         out = []

@@ -1,7 +1,7 @@
 """Per-request state of the decode step (spec §5.7), in the real record formats.
 
-Record layouts (``formats.py``; with V4.1's d = 512 and di = 128 they are exactly the 528-,
-288- and 68-byte records, byte for byte; other head dims use the same layout scaled):
+Record layouts (``formats.encode_*_record`` / ``decode_*_record``; with V4.1's d = 512 and
+di = 128 they are exactly the 528-, 288- and 68-byte records; other head dims scale them):
 
 - window record ``[d + d/32]``: e4m3 codes of dims 0..d-1, then one ue8m0 byte per 32 dims;
 - compressed record ``[d/2 + d/16]``: packed e2m1 (element 2k in the low nibble), then one
@@ -15,38 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dsv4_decode import formats
 from dsv4_decode.config import ModelConfig
-
-
-def encode_window(kv: torch.Tensor) -> torch.Tensor:
-    """QAT-FP8/32 window records ``[..., d + d/32]`` uint8 of post-RoPE ``kv [..., d]``."""
-    return torch.cat(formats.quant_fp8_32(kv), dim=-1)
-
-
-def decode_window(rec: torch.Tensor, d: int) -> torch.Tensor:
-    """Window records -> fp32 ``[..., d]``."""
-    return formats.dequant_fp8_32(rec[..., :d], rec[..., d:])
-
-
-def encode_compressed(x: torch.Tensor) -> torch.Tensor:
-    """QAT-NVFP4/16 compressed records ``[..., d/2 + d/16]`` uint8."""
-    return torch.cat(formats.quant_nvfp4_16(x), dim=-1)
-
-
-def decode_compressed(rec: torch.Tensor, d: int) -> torch.Tensor:
-    """Compressed records -> fp32 ``[..., d]``."""
-    return formats.dequant_nvfp4_16(rec[..., :d // 2], rec[..., d // 2:])
-
-
-def encode_index_key(k: torch.Tensor) -> torch.Tensor:
-    """QAT-MXFP4/32 index-key records ``[..., di/2 + di/32]`` uint8."""
-    return torch.cat(formats.quant_mxfp4_32(k), dim=-1)
-
-
-def decode_index_key(rec: torch.Tensor, di: int) -> torch.Tensor:
-    """Index-key records -> fp32 ``[..., di]``."""
-    return formats.dequant_mxfp4(rec[..., :di // 2], rec[..., di // 2:])
 
 
 @dataclass

@@ -256,7 +256,7 @@ def test_attention_reads_window_and_visible_entries(monkeypatch):
           for kind, layer, p, v in trace if kind == "window"}
     assert len(calls) == cfg.num_hidden_layers * length
     for i, keys in enumerate(calls):
-        layer, p = divmod(i, length)
+        p, layer = divmod(i, cfg.num_hidden_layers)  # rows one at a time, all layers each
         plan = cfg.layers[layer]
         lo = max(0, p - win + 1)
         window = torch.stack([kv[(layer, q)] for q in range(lo, p + 1)])
