@@ -117,7 +117,8 @@ def _store_level(g, g_ptr, unit, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
 @triton.jit
 def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, stride_x, stride_g, cols,
                       BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
-                      TARGET: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr):
+                      TARGET: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
+                      UNROLL: tl.constexpr):
     # Program p covers R chunks. Rows long enough (level >= LOG_R) fold the R chunks with an
     # elementwise max first (groups strided by CHUNK), so the level chain runs once per R chunks.
     row = tl.program_id(0)
@@ -128,11 +129,11 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, stride_x, stride_g, cols,
     g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
     if s >= LOG_R:
         if p * (R * CHUNK) < len_e:
-            acc = _element_keys(x_row, p * (R * CHUNK) + tl.arange(0, CHUNK), length, len_e,
-                                BLOCK)
-            for r in range(1, R):
-                e = (p * R + r) * CHUNK + tl.arange(0, CHUNK)
-                acc = tl.maximum(acc, _element_keys(x_row, e, length, len_e, BLOCK))
+            acc = tl.zeros([CHUNK], dtype=tl.int32)
+            for r0 in range(0, R, UNROLL):  # UNROLL chunk loads in flight per iteration
+                for u in tl.static_range(UNROLL):
+                    e = (p * R + r0 + u) * CHUNK + tl.arange(0, CHUNK)
+                    acc = tl.maximum(acc, _element_keys(x_row, e, length, len_e, BLOCK))
             _store_level(acc, g_ptr, p, s - LOG_R, CHUNK, LMAX)
     else:
         for r in range(R):
@@ -299,8 +300,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
-        x16, lengths, ws.gmax, x16.stride(0), ws.gmax.stride(0), cols, num_warps=4,
-        **spans, **common)
+        x16, lengths, ws.gmax, x16.stride(0), ws.gmax.stride(0), cols,
+        UNROLL=min(1 << log_r, 4), num_warps=4, **spans, **common)
     if stages >= 2:
         _threshold_kernel[(rows,)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, GROUPS=cfg.groups,
