@@ -171,6 +171,8 @@ CPU_CASES = [  # rows, cols, k, lengths, kind
     (7, 6000, 16, "edges", "tied"),
     (2, 6000, 16, "full", "lumped"),
     (7, 5000, 64, "edges", "distinct"),
+    (2, 9000, 1100, "edges", "random"),  # k > 512: the bitwise threshold search
+    (1, 30000, 1100, "full", "crowded"),  # ~5,000 candidates: the 8,192 tile
     (2, 16384, 8, "full", "random"),
 ]
 

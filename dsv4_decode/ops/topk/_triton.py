@@ -79,19 +79,23 @@ def _level(len_e, TARGET: tl.constexpr, LMAX: tl.constexpr):
 
 
 @triton.jit
-def _kth_largest(v, m, K):
+def _kth_largest(v, m, K, HIST: tl.constexpr):
     """The K-th largest of the non-negative int32 ``v[m]`` (the largest t with #{v >= t} >= K);
     0 when fewer than K are masked in.
 
-    Selected values usually lie within 255 keys (2 octaves of bf16) of the largest: one 256-bin
-    histogram of the distance to it answers; otherwise a 17-step bitwise search does.
+    HIST: selected values usually lie within 255 keys (2 octaves of bf16) of the largest, where
+    one 256-bin histogram of the distance to it answers. It costs ~110 instructions per element
+    and thread-register, so it only pays on tiles of <= 16 values per thread; otherwise, or when
+    the K-th lies further down, a 17-step bitwise search (one CTA reduction per step) does.
     """
     n = tl.sum(m.to(tl.int32), axis=0)
-    top = tl.max(tl.where(m, v, 0), axis=0)
-    bins = tl.arange(0, 256)
-    hist = tl.histogram(tl.minimum(top - tl.where(m, v, top), 255), 256, mask=m)
-    first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, bins, 256), axis=0)
-    t = tl.where(n >= K, top - first, 0)
+    t = n * 0
+    first = n * 0 + 255
+    if HIST:
+        top = tl.max(tl.where(m, v, 0), axis=0)
+        hist = tl.histogram(tl.minimum(top - tl.where(m, v, top), 255), 256, mask=m)
+        first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, 256), 256), axis=0)
+        t = tl.where(n >= K, top - first, 0)
     if (n >= K) & (first >= 255):  # bin 255 also holds everything further down
         t = n * 0
         for b in tl.static_range(16, -1, -1):
@@ -159,7 +163,7 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
     g = tl.load(gmax_ptr + row.to(tl.int64) * stride_g + i, mask=i < n_groups, other=0)
     # T0 = the K-th largest group maximum; 1 (every valid element a candidate) when fewer than
     # K groups are valid.
-    tl.store(thr_ptr + row, tl.maximum(_kth_largest(g, g > 0, K), 1))
+    tl.store(thr_ptr + row, tl.maximum(_kth_largest(g, g > 0, K, GROUPS <= 4096), 1))
     tl.store(cnt_ptr + row, 0)
 
 
@@ -210,7 +214,7 @@ def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
     key1 = tl.load(kb_ptr + i, mask=m, other=0)
     packed = tl.load(pb_ptr + i, mask=m, other=0)
     idx = packed & COL_MASK
-    tau = _kth_largest(key1, m, K)  # 0 when n < K: every candidate is kept
+    tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     j = tl.arange(0, NCH)
