@@ -21,31 +21,36 @@ def _flash_slice(layers, ratios, kv, idx, cand, engram, experts, vocab):
 
 
 def _run(cfg, device, n_tokens, seed=0):
-    """Prefill ``n_tokens`` tokens; returns (logits, per-layer stream RMS [layers, T, N],
-    attention / MoE / engram output RMS per call)."""
+    """Prefill ``n_tokens`` tokens; returns (logits, {tap: RMS [layers, T, ...]}) with taps
+    ``stream`` (streams leaving each layer, [layers, T, N]), ``attn`` / ``moe`` (sublayer
+    outputs, [layers, T]) and ``engram_delta`` (what engram adds, [engram layers, T, N])."""
     w = random_weights(cfg, seed=seed, device=device)
     model = ReferenceModel(cfg, w, device=device)
-    rec = {"stream": [], "attn": [], "moe": [], "engram_delta": []}
+    rec = {k: {} for k in ("stream", "attn", "moe", "engram_delta")}
 
     def rms(x):
         return x.float().pow(2).mean(-1).sqrt()
 
+    def tap(key, fn, f):
+        def wrapped(i, *a):  # every sublayer method takes the layer id first
+            out = fn(i, *a)
+            rec[key].setdefault(i, []).append(f(out, *a).cpu())
+            return out
+        return wrapped
+
     # Per-layer taps on the reference's sublayer methods (instance attributes only; the
-    # reference itself is untouched). A renamed method fails here loudly.
-    layer, attn, moe, engram = model._layer, model._attention, model._moe, model._engram
-    model._layer = lambda *a: _tap(layer(*a), rec["stream"], lambda o: rms(o[0]))
-    model._attention = lambda *a: _tap(attn(*a), rec["attn"], rms)
-    model._moe = lambda *a: _tap(moe(*a), rec["moe"], rms)
-    model._engram = lambda i, s, h: _tap(engram(i, s, h), rec["engram_delta"],
-                                         lambda o: rms(o.float() - s.float()))
+    # reference itself is untouched; a renamed method fails here loudly). Records are keyed
+    # by layer, so they do not depend on whether the reference runs rows together or one by
+    # one.
+    model._layer = tap("stream", model._layer, lambda o, *a: rms(o[0]))
+    model._attention = tap("attn", model._attention, lambda o, *a: rms(o))
+    model._moe = tap("moe", model._moe, lambda o, *a: rms(o))
+    model._engram = tap("engram_delta", model._engram,
+                        lambda o, s, *a: rms(o.float() - s.float()))
     tokens = (torch.arange(n_tokens) * 7919 + 11) % cfg.vocab_size
     logits = model.prefill(tokens, model.new_request())
-    return logits, {k: torch.stack(v).cpu() if v else None for k, v in rec.items()}
-
-
-def _tap(out, sink, f):
-    sink.append(f(out))
-    return out
+    return logits, {k: torch.stack([torch.cat(v[i]) for i in sorted(v)]) if v else None
+                    for k, v in rec.items()}
 
 
 def _check(logits, rec, cfg):
@@ -85,7 +90,7 @@ def test_activations_o1_deep_schedule_narrow():
     cfg = _deep(experts=8, vocab=1024).replace(
         hidden_size=512, q_lora_rank=256, num_attention_heads=8, head_dim=128, o_groups=2,
         o_lora_rank=128, moe_intermediate_size=256, index_n_heads=4)
-    logits, rec = _run(cfg, "cpu", n_tokens=8)
+    logits, rec = _run(cfg, "cpu", n_tokens=4)
     _check(logits, rec, cfg)
 
 
