@@ -206,14 +206,16 @@ def test_fallback_path_is_exercised(device):
 
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, device, monkeypatch):
-    """Many-row grids fold R chunks per group-maxima program; force it at a small shape."""
+    """Many-row grids fold R chunks per group-maxima program and pair chunks per collect
+    program; force both at a small shape (9,000 and 16,384 columns: odd and even chunk counts)."""
     from dsv4_decode.ops.topk import _triton
 
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
+    monkeypatch.setattr(_triton, "collect_pairs", lambda rows, n_chunks: n_chunks % 2 == 0)
     gen = torch.Generator().manual_seed(log_r)
-    for k in (4, 64):
-        x = make_logits("random", 7, 9000, gen)
-        lens = make_lengths("edges", 7, 9000, k, gen)
+    for k, cols in ((4, 9000), (64, 16384)):
+        x = make_logits("random", 7, cols, gen)
+        lens = make_lengths("edges", 7, cols, k, gen)
         got = decode_topk(make_padded(x.to(device)), lens.to(device), k)
         assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
 

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from . import ref
-from .config import span_log2
+from .config import collect_pairs, span_log2
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -168,35 +168,61 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
 
 
 @triton.jit
+def _chunk_keys(x_row, c, length, len_e, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """Element indices and key1 of chunk c as [CHUNK / 8, 8] tiles (8 consecutive per thread,
+    so a rank inside the chunk is an in-thread prefix plus one short scan over the rows)."""
+    e = c * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    if BLOCK == 1:
+        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
+    else:  # block keys need a [N, BLOCK] column tile: build them 1-D, then fold
+        e1 = c * CHUNK + tl.arange(0, CHUNK)
+        key1 = tl.reshape(_element_keys(x_row, e1, length, len_e, BLOCK), [CHUNK // 8, 8])
+    return e, key1
+
+
+@triton.jit
+def _collect_chunk(e, key1, t0, cnt_ptr, kb_ptr, pb_ptr, CAP: tl.constexpr):
+    """Append chunk elements with key1 >= t0 to the candidate buffer; returns their count."""
+    cand = (key1 >= t0).to(tl.int32)
+    per_row = tl.sum(cand, axis=1)
+    n = tl.sum(per_row, axis=0)
+    if n > 0:
+        base = tl.atomic_add(cnt_ptr, n)
+        rank = (tl.cumsum(per_row, axis=0) - per_row)[:, None] + tl.cumsum(cand, axis=1) - 1
+        pos = base + rank  # rank: in the chunk, column order
+        keep = (cand > 0) & (pos < CAP)
+        tl.store(kb_ptr + pos, key1, mask=keep)
+        tl.store(pb_ptr + pos, (rank << COL_BITS) | e, mask=keep)
+    return n
+
+
+@triton.jit
 def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, stride_x,
                     stride_b, stride_cc, cols, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                    CAP: tl.constexpr):
+                    CAP: tl.constexpr, PAIR: tl.constexpr):
+    # PAIR (many-row grids): a program takes chunks 2p and 2p + 1 and loads both before
+    # working on either, doubling the bytes in flight per CTA.
     row = tl.program_id(0)
-    c = tl.program_id(1)
+    p = tl.program_id(1)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-    n = len_e * 0
-    if c * CHUNK < len_e:
-        # [CHUNK / 8, 8] tiles: 8 consecutive elements per thread, so the rank inside the chunk
-        # is an in-thread prefix plus one short scan over the rows
-        e = c * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
-        x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
-        if BLOCK == 1:
-            key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-        else:  # block keys need a [N, BLOCK] column tile: build them 1-D, then fold
-            e1 = c * CHUNK + tl.arange(0, CHUNK)
-            key1 = tl.reshape(_element_keys(x_row, e1, length, len_e, BLOCK), [CHUNK // 8, 8])
-        cand = (key1 >= tl.load(thr_ptr + row)).to(tl.int32)
-        per_row = tl.sum(cand, axis=1)
-        n = tl.sum(per_row, axis=0)
-        if n > 0:
-            base = tl.atomic_add(cnt_ptr + row, n)
-            rank = (tl.cumsum(per_row, axis=0) - per_row)[:, None] + tl.cumsum(cand, axis=1) - 1
-            pos = base + rank  # rank: in the chunk, column order
-            keep = (cand > 0) & (pos < CAP)
-            b_off = row.to(tl.int64) * stride_b
-            tl.store(kbuf_ptr + b_off + pos, key1, mask=keep)
-            tl.store(pbuf_ptr + b_off + pos, (rank << COL_BITS) | e, mask=keep)
-    tl.store(cc_ptr + row.to(tl.int64) * stride_cc + c, n)  # every chunk, 0 past the length
+    x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+    b_off = row.to(tl.int64) * stride_b
+    cc_row = cc_ptr + row.to(tl.int64) * stride_cc
+    c0 = p * 2 if PAIR else p
+    n0 = len_e * 0
+    n1 = len_e * 0
+    if c0 * CHUNK < len_e:
+        t0 = tl.load(thr_ptr + row)
+        e0, k0 = _chunk_keys(x_row, c0, length, len_e, BLOCK, CHUNK)
+        if PAIR:
+            e1, k1 = _chunk_keys(x_row, c0 + 1, length, len_e, BLOCK, CHUNK)
+        n0 = _collect_chunk(e0, k0, t0, cnt_ptr + row, kbuf_ptr + b_off, pbuf_ptr + b_off, CAP)
+        if PAIR:
+            n1 = _collect_chunk(e1, k1, t0, cnt_ptr + row, kbuf_ptr + b_off, pbuf_ptr + b_off,
+                                CAP)
+    tl.store(cc_row + c0, n0)  # every chunk, 0 past the length
+    if PAIR:
+        tl.store(cc_row + c0 + 1, n1)
 
 
 @triton.jit
@@ -311,9 +337,11 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
             lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, GROUPS=cfg.groups,
             num_warps=8, **spans, **common)
     if stages >= 3:
-        _collect_kernel[(rows, n_chunks)](
+        pair = collect_pairs(rows, n_chunks)
+        _collect_kernel[(rows, n_chunks // 2 if pair else n_chunks)](
             x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
-            ws.kbuf.stride(0), ws.cc.stride(0), cols, CAP=cfg.cap, num_warps=4, **common)
+            ws.kbuf.stride(0), ws.cc.stride(0), cols, CAP=cfg.cap, PAIR=pair, num_warps=4,
+            **common)
     if stages >= 4:
         _select_kernel[(rows,)](
             x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,

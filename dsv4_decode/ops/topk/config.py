@@ -22,6 +22,12 @@ def span_log2(rows: int, n_chunks: int) -> int:
     return r.bit_length() - 1
 
 
+def collect_pairs(rows: int, n_chunks: int) -> bool:
+    """Whether a collect program takes two chunks (loads both first): on grids past ~4,096
+    programs, where more bytes in flight per CTA matter more than CTA count."""
+    return rows * n_chunks >= 4096 and n_chunks % 2 == 0
+
+
 @dataclass(frozen=True)
 class TopkConfig:
     """Static sizes of the four kernels (all powers of two).
