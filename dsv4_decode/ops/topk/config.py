@@ -35,8 +35,8 @@ class TopkConfig:
     - ``chunk``: elements per program of the two row-wide passes (``chunk * block`` columns);
     - ``lmax``: log2(chunk), the coarsest group level (one group per chunk);
     - ``target``: the group-maxima pass picks the level with ``target <= groups < 2 * target``
-      valid groups (``target = 2k``: the k-th largest of >= 2k group maxima keeps ~1.2-1.4k
-      candidates on random data);
+      valid groups (``target`` in [1.5k, 2k]: the k-th largest of m >= 1.5k group maxima
+      keeps about m * ln(m / (m - k)) <= 1.65k candidates on random data);
     - ``groups``: workspace slots per row for the group maxima (bounds every level's count);
     - ``small`` / ``cap``: candidate-tile sizes of the final selection; more than ``cap``
       candidates takes the exact single-CTA fallback;
@@ -56,7 +56,10 @@ class TopkConfig:
     @staticmethod
     def pick(k: int, block: int = 1) -> TopkConfig:
         chunk = max(2048 // block, 64)  # 4 KB of bf16 per program: enough CTAs at 1 row
-        target = 2 * k
+        # a level below lmax has < 2 * target + chunk groups (lmax: <= 2**20 / 2048 = 512);
+        # target = 2k where that fits 3k + chunk rounded up (k = 2048: 1.5k, halving the tile)
+        groups = max(_pow2_at_least(3 * k + chunk), 1024)
+        target = max(k, min(2 * k, (groups - chunk) // 2))
         small = max(_pow2_at_least(2 * k), 128)
         return TopkConfig(
             k=k,
@@ -64,8 +67,7 @@ class TopkConfig:
             chunk=chunk,
             lmax=chunk.bit_length() - 1,
             target=target,
-            # a level below lmax has < 2 * target + chunk groups; lmax has <= 2**20 / 2048
-            groups=max(_pow2_at_least(2 * target + chunk), 1024),
+            groups=groups,
             small=small,
             cap=min(4 * small, 8192),
             max_chunks=512,  # 2**20 columns / 2048 columns per program
