@@ -2,15 +2,16 @@
 
 Four launches per call, all rows at once, every length read on the device:
 
-1. ``_group_max_kernel``  grid (rows, chunks): one read of the row; per chunk, the maxima of
-   strided groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level)
-   at the level the row's length selects, so a row has ``target .. 2*target`` groups.
+1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row; the maxima of strided
+   groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level) at the
+   level the row's length selects, so a row has ``target .. 2*target`` groups; on many-row
+   grids a program first folds R chunks elementwise (``config.span_log2``).
 2. ``_threshold_kernel``  grid (rows,): T0 = the k-th largest group maximum (``_kth_largest``:
    a 256-bin histogram below the maximum, else a bitwise search). At least k elements are
    >= T0 (every one of those k groups holds its maximum), so the top k are >= T0.
-3. ``_collect_kernel``    grid (rows, chunks): re-reads the row (from L2 when it fits) and
-   appends every element >= T0 to the row's candidate buffer (key1, and its index with its rank
-   inside the chunk), one atomic per chunk; stores each chunk's candidate count.
+3. ``_collect_kernel``    grid (rows, chunks or chunks / 2): re-reads the row (from L2 when
+   it fits) and appends every element >= T0 to the row's candidate buffer (key1, and its index
+   with its rank inside the chunk), one atomic per chunk; stores each chunk's candidate count.
 4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key and
    writes the selected indices in ascending order (deterministic whatever order the atomics
    gave). Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by counting
@@ -48,7 +49,8 @@ def _key1(u):
 
 @triton.jit
 def _element_keys(x_row_ptr, e, length, len_e, BLOCK: tl.constexpr):
-    """key1 of elements ``e`` (int32 [N]) of one row; 0 for elements at or past the length."""
+    """key1 of elements ``e`` (int32, any shape; [N] in block mode) of one row; 0 for elements
+    at or past the length."""
     # Loads are masked per 8 columns (16 B) so they vectorize; reading up to 7 columns past the
     # length stays inside the row (the API checks the row stride and the storage for it).
     if BLOCK == 1:
