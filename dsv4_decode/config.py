@@ -1,10 +1,16 @@
-"""ModelConfig: the DeepSeek-V4.1 text model's hyper-parameters, its derived layer schedule and
-its per-tensor-parallel-rank shapes (spec §1, §10.4).
+"""ModelConfig: the DeepSeek-V4.1 (and V4) text model's hyper-parameters, its derived layer
+schedule and its per-tensor-parallel-rank shapes (spec §1, §10.4, §12).
 
 ``ModelConfig.from_hf(path_or_dict)`` reads a Hugging Face ``config.json`` in the released V4.1
-layout (``text_config`` nested, ``quantization_config`` at the top level) or a flat V4.1 text
-config; ``ModelConfig.preset(name)`` gives ``v41-flash`` or ``tiny-v41``. Every config is
-validated on construction: a field that disagrees with another raises ``ValueError`` naming it.
+layout (``text_config`` nested, ``quantization_config`` at the top level), a flat V4.1 text
+config, or a flat V4 config (``model_type: deepseek_v4``); ``ModelConfig.preset(name)`` gives
+``v41-flash``, ``tiny-v41``, ``v4-flash`` or ``tiny-v4``. Every config is validated on
+construction: a field that disagrees with another raises ``ValueError`` naming it.
+
+V4 (spec §12) reuses the same fields: ``compress_ratios`` holds 0 (sliding window), 4 (CSA:
+own overlapping compressor and own indexer) or 128 (HCA: own compressor, no indexer);
+``kv_source_layer_ids`` = every compressed layer, ``index_source_layer_ids`` = the CSA layers,
+no candidate source, no engram; the first ``num_hash_layers`` layers route by ``tid2eid``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from typing import Any
 FLASH_RATIOS = [0, 0] + [2] * 18 + [1] * 20
 FLASH_KV_SOURCES = [2, 8, 14, 20]
 FLASH_INDEX_SOURCES = [2, 8, 14, 20, 24, 28, 32, 36]
+V4 = "deepseek_v4"
+V4_FLASH_RATIOS = [0, 0] + [4, 128] * 20 + [4]  # 43 layers (the MTP layer adds a 0)
+V4_RATIOS = (0, 4, 128)  # sliding window, CSA, HCA
 
 
 @dataclass(frozen=True)
@@ -28,11 +37,13 @@ class LayerPlan:
     mode: ``"swa"`` window only (ratio 0); ``"full"`` owns a compressor (KV source) and an
     indexer; ``"reindex"`` runs its own indexer over a KV source's index keys; ``"reuse"``
     reuses the latest KV source's compressed KV and the latest index source's top-k.
+    V4 only: ``"csa"`` (ratio 4) owns an overlapping compressor and an indexer with its own
+    compressor; ``"hca"`` (ratio 128) owns a compressor and attends to every visible entry.
     kv_source / index_source: layer ids (-1 for SWA layers). candidate_publisher: this layer
     publishes the level-1 candidate blocks. candidate_consumer: its top-k is restricted to the
     candidate blocks published by ``candidate_source`` for the same token. rope: ``"main"`` or
     ``"compress"``. engram: an engram module runs at the start of the layer. draft: a DSpark
-    draft layer (after the backbone).
+    draft layer (after the backbone). hash_moe: V4's experts are chosen by ``tid2eid[token]``.
     """
 
     layer: int
@@ -45,6 +56,7 @@ class LayerPlan:
     rope: str
     engram: bool
     draft: bool
+    hash_moe: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,9 +75,10 @@ class RankShapes:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """DeepSeek-V4.1 text-model hyper-parameters (spec §1.1; names as in the HF config)."""
+    """DeepSeek-V4.1 text-model hyper-parameters (spec §1.1; names as in the HF config).
+    ``model_type = "deepseek_v4"`` describes a V4 model with the same fields (module doc)."""
 
-    model_type: str = "deepseek_v41"
+    model_type: str = "deepseek_v41"  # or "deepseek_v4"
     vocab_size: int = 129280  # token ids; 0, 1, 2 special; eos = 1
     hidden_size: int = 5120  # D: width of each residual stream
     num_hidden_layers: int = 40  # backbone layers (DSpark draft layers come after)
@@ -125,6 +138,7 @@ class ModelConfig:
     weight_block_size: tuple[int, int] = (32, 32)  # FP8 weight scale blocks
     expert_scale_block: int = 32  # MXFP4 expert scale block along the input dim
     quantized: bool = True  # FP8/FP4 weights (False: bf16 everywhere, e.g. HF tiny tests)
+    num_hash_layers: int = 0  # V4: the first layers route by tid2eid (V4.1: none)
     layers: tuple[LayerPlan, ...] = field(default=(), compare=False, repr=False)
 
     # ------------------------------------------------------------------ construction
@@ -135,20 +149,31 @@ class ModelConfig:
                      "weight_block_size"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         self._validate()
-        object.__setattr__(self, "layers", tuple(self._derive_schedule()))
+        derive = self._derive_schedule_v4 if self.is_v4 else self._derive_schedule
+        object.__setattr__(self, "layers", tuple(derive()))
 
     def replace(self, **changes) -> ModelConfig:
         """A copy with ``changes`` applied (re-validated, schedule re-derived)."""
         changes.setdefault("layers", ())
         return dataclasses.replace(self, **changes)
 
+    @property
+    def is_v4(self) -> bool:
+        """A DeepSeek-V4 model (spec §12) rather than V4.1."""
+        return self.model_type == V4
+
     @staticmethod
     def preset(name: str) -> ModelConfig:
-        """``v41-flash`` (the released model, spec §1.1) or ``tiny-v41`` (spec §1.3)."""
+        """``v41-flash`` (the released model, spec §1.1), ``tiny-v41`` (spec §1.3),
+        ``v4-flash`` (spec §1.4) or ``tiny-v4`` (the HF cross-check model)."""
         if name == "v41-flash":
             return ModelConfig(rope_scaling=dict(_FLASH_YARN))
         if name == "tiny-v41":
             return _tiny_v41()
+        if name == "v4-flash":
+            return _v4_flash()
+        if name == "tiny-v4":
+            return _tiny_v4()
         raise ValueError(f"preset: unknown preset {name!r}; choose from {PRESETS}")
 
     @staticmethod
@@ -168,8 +193,10 @@ class ModelConfig:
         text = dict(top.get("text_config") or top)
         quant = top.get("quantization_config") or text.get("quantization_config")
         model_type = text.get("model_type", top.get("model_type", "deepseek_v41"))
+        if model_type == V4:
+            return _from_hf_v4(text, quant)
         if model_type not in ("deepseek_v41", "deepseek_v41_text"):
-            raise ValueError(f"model_type: {model_type!r} is not a DeepSeek-V4.1 config")
+            raise ValueError(f"model_type: {model_type!r} is not a DeepSeek-V4.1 or V4 config")
         known = {f.name for f in dataclasses.fields(ModelConfig)} - {"layers", "model_type"}
         kw: dict[str, Any] = {k: v for k, v in text.items() if k in known and v is not None}
         if "engram_pad_token_id" in text:  # vLLM's name for the same field
@@ -215,7 +242,10 @@ class ModelConfig:
         return ModelConfig(**kw)
 
     def to_hf(self) -> dict:
-        """The released V4.1 ``config.json`` layout for this config (inverse of ``from_hf``)."""
+        """The released V4.1 ``config.json`` layout for this config (inverse of ``from_hf``);
+        for V4 the flat layout ``transformers.DeepseekV4Config(**d)`` accepts."""
+        if self.is_v4:
+            return _to_hf_v4(self)
         text = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in ("layers", "weight_block_size", "expert_scale_block",
                                   "quantized", "model_type")}
@@ -233,6 +263,13 @@ class ModelConfig:
     # ------------------------------------------------------------------ validation
 
     def _validate(self):
+        if self.is_v4:
+            return self._validate_v4()
+        if self.model_type != "deepseek_v41":
+            raise ValueError(f"model_type: {self.model_type!r}; need 'deepseek_v41' or '{V4}'")
+        if self.num_hash_layers:
+            raise ValueError(f"num_hash_layers: V4.1 has no hash-routed layers, got "
+                             f"{self.num_hash_layers}")
         n, nd = self.num_hidden_layers, self.num_nextn_predict_layers
         if n <= 0:
             raise ValueError(f"num_hidden_layers: must be positive, got {n}")
@@ -299,6 +336,65 @@ class ModelConfig:
                              f"{self.scoring_func!r}")
         if self.hidden_size % 32 or self.moe_intermediate_size % 32:
             raise ValueError("hidden_size / moe_intermediate_size: must be multiples of 32")
+
+    def _validate_v4(self):
+        """V4 (spec §12): ratios 0 / 4 / 128, every compressed layer its own KV source, every
+        CSA layer its own index source, no candidate blocks, no engram."""
+        n, nd = self.num_hidden_layers, self.num_nextn_predict_layers
+        if n <= 0:
+            raise ValueError(f"num_hidden_layers: must be positive, got {n}")
+        if len(self.compress_ratios) != n + nd:
+            raise ValueError(
+                f"compress_ratios: {len(self.compress_ratios)} entries, but num_hidden_layers + "
+                f"num_nextn_predict_layers = {n + nd}")
+        if any(r not in V4_RATIOS for r in self.compress_ratios):
+            raise ValueError(f"compress_ratios: V4 layers have ratio 0, 4 or 128, got "
+                             f"{sorted(set(self.compress_ratios))}")
+        if any(r != 0 for r in self.compress_ratios[n:]):
+            raise ValueError("compress_ratios: MTP layers must have ratio 0")
+        back = self.compress_ratios[:n]
+        kv = tuple(i for i in range(n) if back[i])
+        idx = tuple(i for i in range(n) if back[i] == 4)
+        if self.kv_source_layer_ids != kv or self.index_source_layer_ids != idx:
+            raise ValueError(f"kv_source_layer_ids / index_source_layer_ids: V4 layers own their "
+                             f"compressor / indexer; need {kv} / {idx}, got "
+                             f"{self.kv_source_layer_ids} / {self.index_source_layer_ids}")
+        if self.candidate_source_layer_id != -1:
+            raise ValueError(f"candidate_source_layer_id: V4 has none (-1), got "
+                             f"{self.candidate_source_layer_id}")
+        if self.engram_layer_ids:
+            raise ValueError(f"engram_layer_ids: V4 has no engram, got "
+                             f"{list(self.engram_layer_ids)}")
+        if not 0 <= self.num_hash_layers <= n:
+            raise ValueError(f"num_hash_layers: {self.num_hash_layers} not in [0, {n}]")
+        if self.qk_rope_head_dim % 2 or self.qk_rope_head_dim > min(self.head_dim,
+                                                                     self.index_head_dim):
+            raise ValueError(f"qk_rope_head_dim: {self.qk_rope_head_dim} must be even and at most "
+                             f"head_dim {self.head_dim} and index_head_dim {self.index_head_dim}")
+        if self.num_attention_heads % self.o_groups:
+            raise ValueError(f"o_groups: {self.o_groups} does not divide num_attention_heads "
+                             f"{self.num_attention_heads}")
+        if self.num_key_value_heads != 1:
+            raise ValueError(f"num_key_value_heads: V4 has one shared latent, got "
+                             f"{self.num_key_value_heads}")
+        if self.num_experts_per_tok > self.n_routed_experts:
+            raise ValueError("num_experts_per_tok: more than n_routed_experts")
+        if self.scoring_func != "sqrtsoftplus":
+            raise ValueError(f"scoring_func: only sqrtsoftplus is served, got "
+                             f"{self.scoring_func!r}")
+        if self.hidden_size % 32 or self.moe_intermediate_size % 32:
+            raise ValueError("hidden_size / moe_intermediate_size: must be multiples of 32")
+
+    def _derive_schedule_v4(self) -> list[LayerPlan]:
+        n = self.num_hidden_layers
+        plans = []
+        for layer, r in enumerate(self.compress_ratios):
+            mode = {0: "swa", 4: "csa", 128: "hca"}[r]
+            plans.append(LayerPlan(
+                layer, r, mode, layer if r else -1, layer if r == 4 else -1, False, False,
+                "compress" if r else "main", False, layer >= n,
+                layer < min(self.num_hash_layers, n)))
+        return plans
 
     def _derive_schedule(self) -> list[LayerPlan]:
         n = self.num_hidden_layers
@@ -390,6 +486,103 @@ def _default_ratios(n: int) -> list[int]:
     return [0] * n_slide + [2] * n_enc + [1] * max(0, n - n_slide - n_enc)
 
 
+def _from_hf_v4(text: dict, quant: dict | None) -> ModelConfig:
+    """A flat V4 config (released ``config.json`` keys, or HF ``DeepseekV4Config`` keys:
+    ``layer_types`` / ``compress_rates``, ``mlp_layer_types``, ``partial_rotary_factor``,
+    ``rope_parameters``)."""
+    known = {f.name for f in dataclasses.fields(ModelConfig)} - {"layers", "model_type"}
+    kw: dict[str, Any] = {k: v for k, v in text.items() if k in known and v is not None}
+    if isinstance(kw.get("eos_token_id"), list):
+        kw["eos_token_id"] = kw["eos_token_id"][0]
+    n = kw.get("num_hidden_layers", 43)
+    n_mtp = kw.get("num_nextn_predict_layers", 1)
+    ratios = list(kw.get("compress_ratios") or [])
+    if not ratios and text.get("layer_types"):
+        rates = {"sliding_attention": 0, "compressed_sparse_attention": 4,
+                 "heavily_compressed_attention": 128, **(text.get("compress_rates") or {})}
+        ratios = [rates[t] for t in text["layer_types"]]
+    ratios = ratios or V4_FLASH_RATIOS[:n]
+    if len(ratios) < n:
+        raise ValueError(f"compress_ratios: {len(ratios)} entries, need at least "
+                         f"num_hidden_layers = {n}")
+    kw["compress_ratios"] = ratios[:n] + [0] * n_mtp
+    if "mlp_layer_types" in text and text["mlp_layer_types"] is not None:
+        kw["num_hash_layers"] = sum(t == "hash_moe" for t in text["mlp_layer_types"])
+    kw.setdefault("num_hash_layers", 3)
+    if "qk_rope_head_dim" not in kw and text.get("partial_rotary_factor"):
+        kw["qk_rope_head_dim"] = int(kw.get("head_dim", 512) * text["partial_rotary_factor"])
+    rp = text.get("rope_parameters") or {}
+    comp = rp.get("compress", rp) if isinstance(rp, dict) else {}
+    if "rope_scaling" not in kw and comp.get("rope_type", comp.get("type")) == "yarn":
+        kw["rope_scaling"] = {k: comp[k] for k in ("rope_type", "factor", "beta_fast",
+                                                    "beta_slow",
+                                                    "original_max_position_embeddings")
+                              if k in comp}
+    kw["kv_source_layer_ids"] = [i for i in range(n) if ratios[i]]
+    kw["index_source_layer_ids"] = [i for i in range(n) if ratios[i] == 4]
+    kw.update(candidate_source_layer_id=-1, engram_layer_ids=[], engram_num_embeddings=[],
+              dspark_target_layer_ids=[])
+    kw.setdefault("rms_norm_eps", 1e-6)
+    if quant:
+        kw["weight_block_size"] = tuple(quant.get("weight_block_size", (128, 128)))
+        kw["quantized"] = True
+    else:
+        kw["quantized"] = False
+    return ModelConfig(model_type=V4, **kw)
+
+
+def _to_hf_v4(cfg: ModelConfig) -> dict:
+    """Flat V4 config: the released keys that ``transformers.DeepseekV4Config`` folds in."""
+    n = cfg.num_hidden_layers
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "qk_rope_head_dim", "q_lora_rank", "o_groups",
+            "o_lora_rank", "rope_theta", "compress_rope_theta", "max_position_embeddings",
+            "sliding_window", "index_n_heads", "index_head_dim", "index_topk",
+            "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+            "n_shared_experts", "scoring_func", "norm_topk_prob", "routed_scaling_factor",
+            "swiglu_limit", "hidden_act", "hc_mult", "hc_sinkhorn_iters", "hc_eps",
+            "rms_norm_eps", "num_nextn_predict_layers", "num_hash_layers", "tie_word_embeddings",
+            "eos_token_id")
+    out = {k: getattr(cfg, k) for k in keys}
+    out.update(model_type=V4, architectures=["DeepseekV4ForCausalLM"],
+               compress_ratios=list(cfg.compress_ratios[:n]) + [0] * cfg.num_nextn_predict_layers)
+    if cfg.rope_scaling:
+        out["rope_scaling"] = dict(cfg.rope_scaling)
+    if cfg.quantized:
+        out["quantization_config"] = {
+            "quant_method": "fp8", "activation_scheme": "dynamic",
+            "weight_block_size": list(cfg.weight_block_size), "scale_fmt": "ue8m0",
+            "expert_dtype": "fp4"}
+    return out
+
+
+def _v4_flash() -> ModelConfig:
+    """DeepSeek-V4-Flash (spec §1.4): 43 layers [0, 0, (4, 128) x 20, 4], 3 hash layers."""
+    return _from_hf_v4({
+        "vocab_size": 129280, "hidden_size": 4096, "num_hidden_layers": 43,
+        "num_attention_heads": 64, "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 1024,
+        "o_groups": 8, "o_lora_rank": 1024, "n_routed_experts": 256, "num_experts_per_tok": 6,
+        "moe_intermediate_size": 2048, "index_n_heads": 64, "index_head_dim": 128,
+        "index_topk": 512, "num_hash_layers": 3, "num_nextn_predict_layers": 1,
+        "compress_ratios": V4_FLASH_RATIOS + [0], "rope_scaling": dict(_FLASH_YARN),
+        "rms_norm_eps": 1e-6}, {"weight_block_size": [128, 128]})
+
+
+def _tiny_v4() -> ModelConfig:
+    """The HF cross-check model: 4 layers [0, 4, 128, 4] (SWA, CSA, HCA, CSA), the first two
+    hash-routed, window 16, index_topk 8 over 8 heads, 8 experts top-2, FP8 weights in
+    128x128 blocks and MXFP4 experts as released, tiny widths (D 64, 4 heads x 32 with 8 rope
+    dims). Prompts over 128 tokens make HCA emit, over 35 make the indexer's top-k cut."""
+    return _from_hf_v4({
+        "vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "head_dim": 32, "qk_rope_head_dim": 8, "q_lora_rank": 32, "o_groups": 2,
+        "o_lora_rank": 16, "compress_ratios": [0, 4, 128, 4], "n_routed_experts": 8,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 64, "max_position_embeddings": 512,
+        "sliding_window": 16, "hc_mult": 4, "hc_sinkhorn_iters": 20, "index_n_heads": 8,
+        "index_head_dim": 32, "index_topk": 8, "num_hash_layers": 2,
+        "num_nextn_predict_layers": 0, "rms_norm_eps": 1e-6}, {"weight_block_size": [128, 128]})
+
+
 def _tiny_v41() -> ModelConfig:
     """The HF test config (spec §1.3): 5 layers [0, 2, 2, 1, 1], no DSpark, no engram."""
     return ModelConfig.from_hf({
@@ -406,4 +599,4 @@ def _tiny_v41() -> ModelConfig:
     })
 
 
-PRESETS = ("v41-flash", "tiny-v41")
+PRESETS = ("v41-flash", "tiny-v41", "v4-flash", "tiny-v4")

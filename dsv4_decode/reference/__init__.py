@@ -1,4 +1,5 @@
-"""The plain-PyTorch DeepSeek-V4.1 reference model (the oracle of every kernel).
+"""The plain-PyTorch DeepSeek-V4.1 reference model (the oracle of every kernel), and the V4
+model ``ReferenceModelV4`` (same API; spec §12).
 
 ```python
 from dsv4_decode.reference import ReferenceModel, RequestState
@@ -15,12 +16,14 @@ from .engram import EngramLayout, compress_tokens, engram_forward, hash_ids
 from .indexer import candidate_mask, index_query, index_scores, topk_indices
 from .mhc import hc_collapse, hc_expand, hc_mix
 from .model import ReferenceModel
+from .model_v4 import ReferenceModelV4, RequestStateV4
 from .moe import dequant_expert, route, swiglu_expert
 from .norm_rope import apply_rope, linear, rms_norm, rope_freqs
 from .state import RequestState
 
 __all__ = [
-    "EngramLayout", "ReferenceModel", "RequestState", "apply_rope", "candidate_mask",
+    "EngramLayout", "ReferenceModel", "ReferenceModelV4", "RequestState", "RequestStateV4",
+    "apply_rope", "candidate_mask",
     "compress_tokens", "compressor_proj", "dequant_expert", "engram_forward", "hash_ids",
     "hc_collapse", "hc_expand", "hc_mix", "index_query", "index_scores", "latent_outputs",
     "linear", "output_projection", "pool_groups", "q_path", "rms_norm", "rope_freqs", "route",

@@ -18,6 +18,7 @@ fmt             dtype                   meaning
 ``fp4_scale``   uint8 ue8m0             ``[out, in/expert_scale_block]``
 ``rows8``       float8_e4m3fn [rows,dh] engram table rows
 ``rows8_scale`` uint8 ue8m0 [rows,dh/32] engram row scales, one per 32 channels
+``i32``         int32                   V4 ``gate.tid2eid`` (hash routing table)
 =============== ======================= ===================================================
 
 With ``cfg.quantized`` False every FP8 / FP4 weight (and the engram tables) is a ``bf16`` tensor
@@ -28,6 +29,7 @@ TP split kinds (``Param.split``; the range math is in ``shard.py``): ``None`` re
 ``ceil(V/tp)`` (the last rank zero-padded); ``"engram"`` table rows cut at the bucket
 boundaries of the rank's ``C/tp`` hash columns (spec §7.2, §10.4).
 DSpark draft layers (``mtp.*``) are not in the table (spec §8.2 is unconfirmed).
+A V4 config (``cfg.is_v4``) gets the V4 layout of ``names_v4.param_table_v4``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ COMPONENTS = ("embed", "attention", "mhc", "norms", "router", "routed_experts", 
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
           "fp8_scale": torch.uint8, "fp4": torch.uint8, "fp4_scale": torch.uint8,
-          "rows8": torch.float8_e4m3fn, "rows8_scale": torch.uint8}
+          "rows8": torch.float8_e4m3fn, "rows8_scale": torch.uint8, "i32": torch.int32}
 SCALE_FORMATS = ("fp8_scale", "fp4_scale", "rows8_scale")
 ENGRAM_ROW_BLOCK = 32  # engram table rows: one ue8m0 scale per 32 channels (spec §9.1)
 
@@ -131,6 +133,9 @@ def engram_rows(vocab_size: int, columns: int, n_layers: int) -> tuple[int, ...]
 
 def param_table(cfg: ModelConfig) -> list[Param]:
     """Every backbone tensor of ``cfg`` (whole, tp = 1), embed first, head last."""
+    if cfg.is_v4:
+        from .names_v4 import param_table_v4
+        return param_table_v4(cfg)
     if cfg.engram_layer_ids:
         engram_primes(cfg)  # validates the table sizes
     q = cfg.quantized
