@@ -113,5 +113,6 @@ def decode_window_record_v4(rec: torch.Tensor, rope_dim: int) -> torch.Tensor:
     n = (rec.shape[-1] - 2 * rope_dim) * V4_QAT_BLOCK // (V4_QAT_BLOCK + 1)
     v = formats.e4m3_decode(rec[..., :n]).reshape(*rec.shape[:-1], -1, V4_QAT_BLOCK)
     s = formats.ue8m0_decode(rec[..., n + 2 * rope_dim:])
-    rope = rec[..., n:n + 2 * rope_dim].contiguous().view(torch.bfloat16).float()
+    rope = rec[..., n:n + 2 * rope_dim].clone(memory_format=torch.contiguous_format)
+    rope = rope.view(torch.bfloat16).float()
     return torch.cat(((v * s[..., None]).reshape(*rec.shape[:-1], n), rope), -1)
