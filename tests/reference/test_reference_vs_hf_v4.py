@@ -150,6 +150,7 @@ P90_TOL = 0.1
 MAX_TOL = 1.5  # a flipped discrete choice (indexer top-k of near-tied scores, router)
 ARGMAX_MIN = 0.95
 PREFILL, DECODE_QLENS = 250, (1, 1, 6)  # decode 250..257: CSA emits at 251/255, HCA at 255
+GREEDY_PROMPT_SEED = 31  # 150-token prompt; smallest HF top-2 margin over the 16 steps: 0.096
 
 
 def check_logits(ours: torch.Tensor, ref: torch.Tensor, first_pos: int, cut_pos: int):
@@ -244,4 +245,13 @@ def test_greedy_generation_matches_hf(v4):
     assert tokens == ref_tokens
 
 
-GREEDY_PROMPT_SEED = 31  # smallest HF top-2 margin over the 16 steps: 0.096
+def test_v4_flash_rope_tables_match_hf():
+    """Both RoPE tables of the released V4 config (compress: YaRN over 160000, no mscale)."""
+    from dsv4_decode.reference import rope_freqs
+
+    cfg = ModelConfig.preset("v4-flash")
+    rot = hf.DeepseekV4RotaryEmbedding(DeepseekV4Config(**cfg.to_hf()))
+    for table in ("main", "compress"):
+        assert getattr(rot, f"{table}_attention_scaling") == 1.0
+        torch.testing.assert_close(rope_freqs(cfg, table), getattr(rot, f"{table}_inv_freq"),
+                                   rtol=1e-6, atol=0)
