@@ -2,7 +2,8 @@
 # scripts/device.sh [RESULTS_DIR] — the GPU suite, straight from the work tree (no installs):
 # `pytest -m gpu`, then every benchmark, writing logs and CSVs to RESULTS_DIR (default results/).
 # Env: OPS="topk sparse_attn moe" picks the benchmarks; TESTS=0 / BENCH=0 skip a part;
-# BENCH_ARGS="--quick" is passed to every benchmark.
+# BENCH_ARGS="--quick" is passed to every benchmark; DSV4_COMMIT names the commit in the CSV rows
+# when the tree has no .git (a copied work tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-results}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,10 @@ def case_key(**fields) -> str:
 
 
 def _commit() -> str:
+    """``DSV4_COMMIT`` when set (a GPU machine running a copy of the tree has no .git), else
+    git's short HEAD."""
+    if os.environ.get("DSV4_COMMIT"):
+        return os.environ["DSV4_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, cwd=Path(__file__).parent, timeout=10)
