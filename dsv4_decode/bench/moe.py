@@ -5,8 +5,9 @@ CUDA-graph replay of 20 back-to-back layers, each call with its own input rows, 
 shared-expert copy (8 copies, > L2) and, through its own routing, its own experts of a
 384-expert bank, so weights come from HBM as in a real step. Rows 1, 6, 12, 48, 96, 192 at
 the TP=4 rank shapes (I = 576) and TP=1 (I = 2304); also the DSpark draft layer (128 experts,
-top-3). Implementations: ``ours`` (route + moe_experts, default tiles), ``ours-wgmma`` (the
-64/128-row wgmma tiles, to confirm the default) and ``torch`` (the PyTorch twin's math per
+top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-nosplit``
+(the same without the W1|W3 split K, i.e. round 1's launch plan; only where ``ours`` splits)
+and ``torch`` (the PyTorch twin's math per
 slot, dequantise + matmuls, ``torch.compile``d; only where its gathered bf16 weights stay
 small).
 The floor: distinct experts touched (measured from each call's routing) x expert bytes +
@@ -29,6 +30,7 @@ from dsv4_decode.ops.moe import (
     alloc_moe_workspace,
     alloc_routing,
     moe_experts,
+    pick_config,
     prepare_moe_weights,
     route,
 )
@@ -36,7 +38,7 @@ from dsv4_decode.ops.moe import (
 D = 5120
 CALLS = 20
 COPIES = 8  # router + shared expert copies: 8 x 12.8 MB (TP=4) > the 60 MB L2
-WGMMA = MoEConfig(up_n=64, down_n=128, num_warps=4)  # the alternative tiles, side by side
+NOSPLIT = MoEConfig()  # W1|W3 in one K pass (round 1), side by side where ours splits
 
 
 def expert_bytes(d: int, inter: int, block: int = 32) -> int:
@@ -109,7 +111,6 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
     xs = [torch.randn(rows, D, device="cuda", generator=gen).to(torch.bfloat16)
           for _ in range(CALLS)]
     routing = alloc_routing(rows, top_k, layer.n_exp, D, "cuda")
-    ws = alloc_moe_workspace(rows, top_k, D, layer.inter, "cuda")
     out = torch.empty(rows, D, dtype=torch.bfloat16, device="cuda")
     distinct = []
     for i, x in enumerate(xs):  # the floor's expert count, from each call's own routing
@@ -119,11 +120,15 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
              + shared_bytes(D, layer.inter) + layer.n_exp * (2 * D + 4))
     case = case_key(rows=rows, tp=tp, experts=layer.n_exp, topk=top_k)
     rows_out = []
-    # the default tiles (mma.sync, one warp per 16 weight rows) and the wgmma alternative
-    for impl, cfg in (("ours", None), ("ours-wgmma", WGMMA)):
+    # the default (pick_config) and, where it splits W1|W3 along K, the unsplit launch plan
+    variants = [("ours", pick_config(rows, top_k, True, layer.inter))]
+    if variants[0][1].up_split > 1:
+        variants.append(("ours-nosplit", NOSPLIT))
+    for impl, cfg in variants:
         state = {"i": 0}
+        ws = alloc_moe_workspace(rows, top_k, D, layer.inter, "cuda", cfg)
 
-        def ours(cfg=cfg, state=state):
+        def ours(cfg=cfg, state=state, ws=ws):
             i = state["i"] % CALLS
             state["i"] += 1
             route(xs[i], *layer.gates[i % COPIES], top_k=top_k, out=routing)
@@ -178,7 +183,7 @@ def main(argv=None) -> None:
             rows_all += bench_case(layer, rows, top_k, tp, compiled, with_torch)
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "ours-wgmma", "torch"])
+    print_table(rows_all, ["ours", "ours-nosplit", "torch"])
     path = write_rows(rows_all, "moe", args.out)
     print(f"appended {len(rows_all)} rows to {path}")
 

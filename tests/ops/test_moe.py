@@ -165,8 +165,14 @@ def cpu_experts():
     return make_experts(E, D, I, "cpu", torch.Generator().manual_seed(0))
 
 
+def cpu_config(split):
+    """The interpreter's tiles with W1|W3 split K (``split`` chunks of D = 128)."""
+    return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4, up_split=split)
+
+
+@pytest.mark.parametrize("split", [1, 4])
 @pytest.mark.parametrize("case", ["random", "same", "distinct", "padding"])
-def test_experts_match_ref(device, cpu_experts, case):
+def test_experts_match_ref(device, cpu_experts, case, split):
     gen = torch.Generator().manual_seed(len(case))
     rows, k = 4, 2
     ids = {"random": random_ids, "same": same_ids, "distinct": distinct_ids,
@@ -178,18 +184,19 @@ def test_experts_match_ref(device, cpu_experts, case):
     weights = tuple(t.to(device) if torch.is_tensor(t) else t for t in cpu_experts[:4]) + (
         tuple(t.to(device) for t in cpu_experts[4]),)
     r = build_routing(ids.to(device), w.to(device), E)
-    y = run_experts(x, r, weights)
+    y = run_experts(x, r, weights, config=cpu_config(split))
     check_close(y, ref_experts(x, r, weights))
 
 
-def test_experts_block16_no_shared_extreme(device):
+@pytest.mark.parametrize("split", [1, 2])
+def test_experts_block16_no_shared_extreme(device, split):
     """Scale block 16, no shared expert, activations large enough to engage the clamp."""
     gen = torch.Generator().manual_seed(5)
     weights = make_experts(4, 64, 64, device, gen, block=16, shared=False)
     ids = random_ids(3, 2, 4, gen)
     x = (torch.randn(3, 64, generator=gen) * 300).to(torch.bfloat16).to(device)
     r = build_routing(ids.to(device), rand_weights(3, 2, gen).to(device), 4)
-    y = run_experts(x, r, weights)
+    y = run_experts(x, r, weights, config=cpu_config(split))
     ref = ref_experts(x, r, weights)
     check_close(y, ref)
     # the clamp is engaged: |g|, |u| beyond 10 somewhere
@@ -212,6 +219,14 @@ def test_deterministic_and_workspace(device, cpu_experts):
     a = moe_experts(x, r, prepared, out=out, workspace=ws).clone()
     b = moe_experts(x, route(x, gw, gb, top_k=2), prepared)
     assert torch.equal(a, b)
+    # split K: the workspace follows the config; partials summed in a fixed order
+    cfg = cpu_config(2)
+    ws2 = alloc_moe_workspace(3, 2, D, I, device, cfg)
+    assert tuple(ws2.gu.shape) == (2, 3 * 2 + 3, 2 * I)
+    c = moe_experts(x, r, prepared, out=out, workspace=ws2, config=cfg).clone()
+    assert torch.equal(c, moe_experts(x, r, prepared, config=cfg))
+    with pytest.raises(ValueError, match="workspace"):
+        moe_experts(x, r, prepared, workspace=ws, config=cfg)
 
 
 def test_bad_arguments(device, cpu_experts):
@@ -233,6 +248,21 @@ def test_bad_arguments(device, cpu_experts):
               torch.zeros(4, device=device), top_k=5)
     with pytest.raises(ValueError, match="block_m"):
         moe_experts(x, r, prepared, config=MoEConfig(block_m=32))
+    with pytest.raises(ValueError, match="up_split"):
+        moe_experts(x, r, prepared, config=MoEConfig(up_split=8))  # D = 128: 128 % 256
+    with pytest.raises(ValueError, match="up_split"):
+        MoEConfig(up_split=0)
+
+
+def test_pick_config_split():
+    """The split rule of pick_config (docs/kernels/moe.md): few rows -> many K chunks."""
+    from dsv4_decode.ops.moe import pick_config
+    got = {(rows, inter, k): pick_config(rows, k, True, inter).up_split
+           for rows, inter, k in ((1, 576, 6), (6, 576, 6), (12, 576, 6), (48, 576, 6),
+                                  (192, 576, 6), (1, 2304, 6), (6, 2304, 6), (1, 576, 3))}
+    assert got == {(1, 576, 6): 8, (6, 576, 6): 4, (12, 576, 6): 2, (48, 576, 6): 1,
+                   (192, 576, 6): 1, (1, 2304, 6): 8, (6, 2304, 6): 1, (1, 576, 3): 8}
+    assert pick_config(1, 6, False).up_split == 1
 
 
 def test_repack_roundtrip():
@@ -270,7 +300,7 @@ def gpu_prepared(gpu_bank):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["mma", "wgmma"])
+@pytest.mark.parametrize("tiles", ["default", "split4"])
 @pytest.mark.parametrize("rows", [1, 6, 12, 48, 96, 192])
 def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     experts, (gw, gb) = gpu_bank
@@ -281,8 +311,8 @@ def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
     torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
     check_record(r)
-    # default (mma.sync, 2 warps) and 64/128-row tiles with 4 warps (wgmma)
-    cfg = MoEConfig() if tiles == "mma" else MoEConfig(up_n=64, down_n=128, num_warps=4)
+    # default (pick_config: W1|W3 split K 8/4/2/1 at 1/6/12/48+ rows) and split 4 everywhere
+    cfg = None if tiles == "default" else MoEConfig(up_split=4)
     y = run_experts(x, r, experts, config=cfg, prepared=gpu_prepared)
     check_close(y, ref_experts(x, r, experts))
 

@@ -1,12 +1,14 @@
 """Triton kernels of the MoE op (private; the contract is in ``api.py``).
 
-Six launches per MoE layer, all with grids fixed by the shapes (graph-safe, idle CTAs exit):
+Six launches per MoE layer (seven with a split-K W1|W3), all with grids fixed by the shapes
+(graph-safe, idle CTAs exit):
 
 1. ``_router_logits_kernel``  split-K partial logits ``[S, T, E]`` fp32 (bf16 tensor-core dot);
 2. ``_router_select_kernel``  sums the S partials in order, sqrtsoftplus, biased top-k, weights;
 3. ``_route_record_kernel``   one CTA: sorts the ``T*k`` (expert, entry) keys and writes the
                               entries grouped by expert, each group padded to ``BLOCK_M``;
-4. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``;
+4. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
+                              (split K: fp32 partials, then ``_moe_swiglu_kernel`` sums them);
 5. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``;
 6. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order.
 
@@ -217,23 +219,48 @@ def _swiglu(g, u):
 
 
 @triton.jit
+def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, pid_s, N_ROWS,
+              I: tl.constexpr, SPLIT: tl.constexpr):
+    """SPLIT == 1: ``h[ent, n] = swiglu(g, u)`` in bf16. Else this K chunk's fp32 partials go
+    to ``gu[pid_s, ent, n]`` (g) and ``gu[pid_s, ent, I + n]`` (u) for ``_moe_swiglu_kernel``."""
+    mask = ok[None, :] & n_ok[:, None]
+    if SPLIT == 1:
+        h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
+        tl.store(h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None], h, mask=mask)
+    else:
+        dst = gu_ptr + (pid_s * N_ROWS + ent[None, :]).to(tl.int64) * (2 * I) + offs_n[:, None]
+        tl.store(dst, acc_g, mask=mask)
+        tl.store(dst + I, acc_u, mask=mask)
+
+
+@triton.jit
 def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
-                   T, stride_x, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
+                   gu_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr, I: tl.constexpr,
                    TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
-    """Tile ``pid_m < MAX_TILES``: BLOCK_M entries of one routed expert; beyond: BLOCK_M rows of
-    the shared expert. ``h[entry, n] = swiglu(W1 x, W3 x)`` for ``n`` in this CTA's BLOCK_N.
-    Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights as the MMA's M side: few rows per tile)."""
-    pid_m = tl.program_id(0)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+                   INTERPRETER: tl.constexpr):
+    """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
+    rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
+    beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
+    BLOCK_N of the I outputs and K chunk ``pid_s`` of SPLIT (``_up_store``). Accumulators are
+    ``[BLOCK_N, BLOCK_M]`` (weights as the MMA's M side: few rows per tile)."""
+    pid_m = tl.program_id(1)
+    pid_s = tl.program_id(0) % SPLIT
+    offs_n = (tl.program_id(0) // SPLIT) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < I
     offs_m = tl.arange(0, BLOCK_M)
+    n_rows = N_ENTRIES + T
+    # K chunk pid_s: steps it0 .. it0 + STEPS - 1 (a constant trip count; D % (SPLIT * BLOCK_K)
+    # == 0, checked by the caller)
+    STEPS: tl.constexpr = D // (SPLIT * BLOCK_K)
+    it0 = pid_s * STEPS
     acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    if pid_m < MAX_TILES:
-        first = tl.load(entries_ptr + pid_m * BLOCK_M)
+    if pid_m >= SH_TILES:
+        tile = pid_m - SH_TILES
+        first = tl.load(entries_ptr + tile * BLOCK_M)
         if first >= 0:  # tiles past the last expert's group are idle
-            ent = tl.load(entries_ptr + pid_m * BLOCK_M + offs_m)
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             e = tl.load(ids_ptr + first).to(tl.int64)
@@ -241,44 +268,69 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
             sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
             wu = wg + I * (D // 8)
             su = sg + I * (D // SCALE_BLOCK)
-            for it in range(D // BLOCK_K):
+            for j in range(STEPS):
+                it = it0 + j
                 acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
                                  SCALE_BLOCK, BLOCK_K, INTERPRETER)
                 acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
                                  SCALE_BLOCK, BLOCK_K, INTERPRETER)
-            h = _swiglu(acc_g * _POW63, acc_u * _POW63).to(tl.bfloat16)
-            tl.store(h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None], h,
-                     mask=ok[None, :] & n_ok[:, None])
+            _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
+                      h_ptr, gu_ptr, pid_s, n_rows, I, SPLIT)
     else:
-        rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
+        rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         ssu = ss13_ptr + (I // 32) * (D // 32)
-        for it in range(D // BLOCK_K):
+        for j in range(STEPS):
+            it = it0 + j
             acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, sw13_ptr, ss13_ptr,
                              offs_n, n_ok, BLOCK_K)
             acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, sw13_ptr + I * D, ssu,
                              offs_n, n_ok, BLOCK_K)
-        h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
-        tl.store(h_ptr + (N_ENTRIES + rows[None, :]).to(tl.int64) * I + offs_n[:, None], h,
-                 mask=ok[None, :] & n_ok[:, None])
+        _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
+                  gu_ptr, pid_s, n_rows, I, SPLIT)
+
+
+@triton.jit
+def _moe_swiglu_kernel(gu_ptr, ids_ptr, h_ptr, N_ENTRIES, N_ROWS, I: tl.constexpr,
+                       SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_I: tl.constexpr):
+    """Split-K epilogue of ``_moe_up_kernel``: ``h[r] = swiglu(sum_s g_s, sum_s u_s)`` summed
+    in chunk order (deterministic), for live rows only: entries with an expert, and the
+    shared rows ``N_ENTRIES + t`` when there is a shared expert (others were never written)."""
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    e = tl.load(ids_ptr + row, mask=row < N_ENTRIES, other=0)
+    if HAS_SHARED:
+        live = e >= 0
+    else:
+        live = (e >= 0) & (row < N_ENTRIES)
+    mask = (offs < I) & live
+    g = tl.zeros((BLOCK_I,), dtype=tl.float32)
+    u = tl.zeros((BLOCK_I,), dtype=tl.float32)
+    for s in range(SPLIT):
+        src = gu_ptr + (s * N_ROWS + row).to(tl.int64) * (2 * I) + offs
+        g += tl.load(src, mask=mask, other=0.0)
+        u += tl.load(src + I, mask=mask, other=0.0)
+    tl.store(h_ptr + row.to(tl.int64) * I + offs, _swiglu(g, u).to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
 def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
-                     T, N_ENTRIES, MAX_TILES, D: tl.constexpr, I: tl.constexpr,
+                     T, N_ENTRIES, SH_TILES, D: tl.constexpr, I: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
-    tiles as in ``_moe_up_kernel`` (shared rows live at entries ``N_ENTRIES + t``)."""
-    pid_m = tl.program_id(0)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
+    first; they live at entries ``N_ENTRIES + t``)."""
+    pid_m = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < D
     offs_m = tl.arange(0, BLOCK_M)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    if pid_m < MAX_TILES:
-        first = tl.load(entries_ptr + pid_m * BLOCK_M)
+    if pid_m >= SH_TILES:
+        tile = pid_m - SH_TILES
+        first = tl.load(entries_ptr + tile * BLOCK_M)
         if first >= 0:
-            ent = tl.load(entries_ptr + pid_m * BLOCK_M + offs_m)
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             e = tl.load(ids_ptr + first).to(tl.int64)
@@ -290,7 +342,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])
     else:
-        rows = (pid_m - MAX_TILES) * BLOCK_M + offs_m
+        rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
         for it in range(I // BLOCK_K):

@@ -8,7 +8,7 @@ Public entry points:
 - ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
   time: checks, and repacks the MXFP4 nibbles for the kernels);
 - ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (3 launches: W1|W3 + SwiGLU, W2,
-  combine);
+  combine; 4 with a split-K W1|W3: + the in-order partial sum and SwiGLU);
 - ``alloc_routing`` / ``alloc_moe_workspace`` (buffers for graph capture).
 
 Graph safety: with ``out`` / ``workspace`` given nothing is allocated, nothing is synchronised,
@@ -33,6 +33,7 @@ _ROUTER_K_CHUNK = 256
 _ROUTER_BLOCK_K = 128
 _SELECT_ROWS = 4
 _COMBINE_BLOCK_D = 1024
+_SWIGLU_BLOCK_I = 512
 
 
 def _np2(n: int) -> int:
@@ -207,16 +208,25 @@ def build_routing(ids: torch.Tensor, weights: torch.Tensor, n_experts: int, hidd
 class MoEWorkspace:
     """Scratch of ``moe_experts`` for ``T`` rows, ``k`` slots: ``h`` bf16 ``[T*k + T, I]``
     (SwiGLU outputs; the last T rows are the shared expert's), ``part`` fp32
-    ``[T*k + T, D]`` (per-entry W2 outputs, summed in slot order by the combine)."""
+    ``[T*k + T, D]`` (per-entry W2 outputs, summed in slot order by the combine), ``gu`` fp32
+    ``[S, T*k + T, 2I]`` (W1|W3 split-K partials, S = the config's ``up_split``; ``S = 0``
+    when it is 1)."""
 
     h: torch.Tensor
     part: torch.Tensor
+    gu: torch.Tensor
 
 
-def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device) -> MoEWorkspace:
+def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device,
+                        config: MoEConfig | None = None) -> MoEWorkspace:
+    """Workspace for ``moe_experts(..., config=config)``; ``config=None``: the one
+    ``pick_config`` gives for these rows on ``device``."""
+    cfg = config or pick_config(rows, top_k, torch.device(device).type == "cuda", inter)
     n = rows * top_k + rows
+    split = cfg.up_split if cfg.up_split > 1 else 0
     return MoEWorkspace(h=torch.empty(n, inter, dtype=torch.bfloat16, device=device),
-                        part=torch.empty(n, hidden, dtype=torch.float32, device=device))
+                        part=torch.empty(n, hidden, dtype=torch.float32, device=device),
+                        gu=torch.empty(split, n, 2 * inter, dtype=torch.float32, device=device))
 
 
 # Bit positions (code bit 0, 1, 2, sign) of value k = 8j + o in repacked word j (_triton.py).
@@ -384,31 +394,44 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     elif out.dtype != torch.bfloat16 or tuple(out.shape) != (t, d) or out.stride(1) != 1:
         _fail("out", f"{out.dtype} {tuple(out.shape)}", f"bf16 [{t}, {d}], unit column stride")
     k = routing.top_k
-    if workspace is None:
-        workspace = alloc_moe_workspace(t, k, d, inter, x.device)
-    elif tuple(workspace.h.shape) != (t * k + t, inter) or \
-            tuple(workspace.part.shape) != (t * k + t, d):
-        _fail("workspace", f"h {tuple(workspace.h.shape)}", f"alloc_moe_workspace({t}, {k}, ...)")
-    cfg = config or pick_config(t, k, x.is_cuda)
+    cfg = config or pick_config(t, k, x.is_cuda, inter)
     if cfg.block_m != routing.block_m:
         _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
+    split = cfg.up_split
+    if d % (32 * split):
+        _fail("config.up_split", split, f"D = {d} divisible by 32 * up_split")
+    if workspace is None:
+        workspace = alloc_moe_workspace(t, k, d, inter, x.device, cfg)
+    elif tuple(workspace.h.shape) != (t * k + t, inter) or \
+            tuple(workspace.part.shape) != (t * k + t, d) or \
+            (split > 1 and tuple(workspace.gu.shape) != (split, t * k + t, 2 * inter)):
+        _fail("workspace", f"h {tuple(workspace.h.shape)}, gu {tuple(workspace.gu.shape)}",
+              f"alloc_moe_workspace({t}, {k}, {d}, {inter}, device, config) (up_split {split})")
     n_entries = t * k
     tiles = routing.max_tiles
     shared = weights.shared
-    m_tiles = tiles + (triton.cdiv(t, cfg.block_m) if shared is not None else 0)
+    sh_tiles = triton.cdiv(t, cfg.block_m) if shared is not None else 0
+    m_tiles = tiles + sh_tiles
     w = weights
     sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
                                                               w.w2_scales)
     launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                   INTERPRETER=not x.is_cuda)
-    K._moe_up_kernel[(m_tiles, triton.cdiv(inter, cfg.up_n))](
+    # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
+    # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
+    K._moe_up_kernel[(triton.cdiv(inter, cfg.up_n) * split, m_tiles)](
         x, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, workspace.h,
-        t, x.stride(0), n_entries, tiles, D=d, I=inter,
+        workspace.gu, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=_k_step(cfg.up_k, d), **launch)
-    K._moe_down_kernel[(m_tiles, triton.cdiv(d, cfg.down_n))](
+        BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **launch)
+    if split > 1:
+        n_rows = n_entries + t
+        K._moe_swiglu_kernel[(n_rows, triton.cdiv(inter, _SWIGLU_BLOCK_I))](
+            workspace.gu, routing.ids, workspace.h, n_entries, n_rows, I=inter, SPLIT=split,
+            HAS_SHARED=shared is not None, BLOCK_I=_SWIGLU_BLOCK_I, num_warps=4)
+    K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), m_tiles)](
         workspace.h, routing.entries, routing.ids, w.w2, w.w2_scales, sw2, ss2, workspace.part,
-        t, n_entries, tiles, D=d, I=inter,
+        t, n_entries, sh_tiles, D=d, I=inter,
         SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n,
         BLOCK_K=_k_step(cfg.down_k, inter), **launch)
     K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
