@@ -206,18 +206,24 @@ def test_fallback_path_is_exercised(device):
 
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, device, monkeypatch):
-    """Many-row grids fold R chunks per group-maxima program and pair chunks per collect
-    program; force both at a small shape (9,000 and 16,384 columns: odd and even chunk counts)."""
+    """Many-row grids fold R chunks per group-maxima program and take G chunks per collect
+    program; force both at a small shape (9,000 and 16,384 columns: odd and even chunk counts;
+    G = 2**log_r where it divides the chunk count)."""
     from dsv4_decode.ops.topk import _triton
 
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
-    monkeypatch.setattr(_triton, "collect_pairs", lambda rows, n_chunks: n_chunks % 2 == 0)
+    monkeypatch.setattr(_triton, "collect_log2",
+                        lambda rows, n_chunks: log_r if n_chunks % (1 << log_r) == 0 else 0)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
         x = make_logits("random", 7, cols, gen)
         lens = make_lengths("edges", 7, cols, k, gen)
         got = decode_topk(make_padded(x.to(device)), lens.to(device), k)
         assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
+    x = make_logits("special", 3, 16384, gen)  # block mode: 8 chunks of 256 blocks of 8
+    lens = make_lengths("edges", 3, 16384, 16 * 8, gen)
+    got = decode_topk_blocks(x.to(device), lens.to(device), 16, 8)
+    assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, 16, 8))
 
 
 def test_workspace_reuse_new_inputs(device):

@@ -14,18 +14,25 @@ def _pow2_at_least(x: int) -> int:
 
 
 def span_log2(rows: int, n_chunks: int) -> int:
-    """log2 of the chunks one group-maxima program folds: 1 until the grid passes ~2,048
-    programs (132 SMs x ~16), then up to 32 so the per-program level chain is amortized."""
+    """log2 of the chunks R one group-maxima program folds: the largest R <= 32 that leaves
+    >= 512 programs (~4 per SM of 132). Round 1 folded only past ~4,096 programs; its measured
+    all-valid times fell as R grew (64 x 256K: 74 us at R = 4 < 48 x 256K: 77 us at R = 2), so
+    per-program fixed work, not bytes, bounded that pass."""
     r = 1
-    while r < 32 and rows * n_chunks >= 2048 * 2 * r and 2 * r <= n_chunks:
+    while r < 32 and rows * n_chunks >= 512 * 2 * r and 2 * r <= n_chunks:
         r *= 2
     return r.bit_length() - 1
 
 
-def collect_pairs(rows: int, n_chunks: int) -> bool:
-    """Whether a collect program takes two chunks (loads both first): on grids past ~4,096
-    programs, where more bytes in flight per CTA matter more than CTA count."""
-    return rows * n_chunks >= 4096 and n_chunks % 2 == 0
+def collect_log2(rows: int, n_chunks: int) -> int:
+    """log2 of the chunks G one collect program takes (1, 2 or 4; G divides n_chunks): the
+    largest that leaves >= 512 programs. A program's time is mostly latency (load, then one
+    atomic round trip, then the scans), so G chunks per program put G times the bytes in flight
+    per resident CTA."""
+    g = 1
+    while g < 4 and rows * n_chunks >= 512 * 2 * g and n_chunks % (2 * g) == 0:
+        g *= 2
+    return g.bit_length() - 1
 
 
 @dataclass(frozen=True)
