@@ -170,12 +170,14 @@ def test_matches_reference(case, device):
     check(Inputs(case, device))
 
 
-@pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel"])
+@pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel",
+                                     "two_splits_fp4_dim_order"])
 def test_split_and_merge_variants(variant, device):
     inp = Inputs(Case(2, 2, 16, 40, window=16, seed=1), device)
-    steps = 4 if variant == "two_splits" else 1  # 1 window + 3 index steps of 16 keys
+    steps = 1 if variant.startswith("four") else 4  # 1 window + 3 index steps of 16 keys
     cfg = SparseAttnConfig.with_steps(16, 16, steps, 16, 40, num_warps=4,
-                                      fused_merge=variant != "four_splits_kernel")
+                                      fused_merge=variant != "four_splits_kernel",
+                                      fp4_pairs=variant != "two_splits_fp4_dim_order")
     assert cfg.n_split == (2 if steps == 4 else 4)
     check(inp, config=cfg)
 
@@ -356,13 +358,15 @@ def build(fn, const, num_warps):
 
 
 out = {}
-for heads, n_sel, fused in ((16, 512, True), (64, 512, False), (16, 0, True)):
+for heads, n_sel, fused, pairs in ((16, 512, True, True), (64, 512, False, True),
+                                   (16, 0, True, True), (16, 512, True, False)):
     cfg = pick_config(6, heads, 512, 128, n_sel, "cpu")
-    cfg = type(cfg)(**{**cfg.__dict__, "fused_merge": fused})
     const = dict(WINDOW=128, D=512, R2=32, PAGE=64, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
                  W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
-                 N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused)
-    out[f"main-H{heads}-K{n_sel}"] = build(K._sparse_attn_kernel, const, cfg.num_warps)
+                 N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused,
+                 FP4_PAIRS=pairs)
+    out[f"main-H{heads}-K{n_sel}-{'pairs' if pairs else 'dim_order'}"] = build(
+        K._sparse_attn_kernel, const, cfg.num_warps)
 const = dict(D=512, R2=32, BLOCK_H=16, N_SPLIT=8, HAS_SINK=True)
 out["merge"] = build(K._merge_kernel, const, 8)
 print(json.dumps(out))

@@ -86,6 +86,53 @@ def _compressed_dequant(packed, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _compressed_load_2d(comp_ptr, rec, valid, D: tl.constexpr):
+    """Raw NVFP4 records -> (packed e2m1 [BLOCK_N, D/2], e4m3 scales [BLOCK_N, D/16]). Loaded
+    as a 2-d tile so that the layout runs along the record (16 B per thread) and the bf16 tiles
+    derived from it go to shared memory row-major in 16 B stores."""
+    packed = tl.load(comp_ptr + rec[:, None] + tl.arange(0, D // 2)[None, :],
+                     mask=valid[:, None], other=0)
+    sc = tl.load(comp_ptr + rec[:, None] + D // 2 + tl.arange(0, D // 16)[None, :],
+                 mask=valid[:, None], other=0)
+    return packed, sc
+
+
+@triton.jit
+def _compressed_dequant_pairs(packed, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Packed e2m1 [BLOCK_N, D/2] and e4m3 scales [BLOCK_N, D/16] -> exact bf16 keys of the
+    even dims (low nibbles) and of the odd dims (high nibbles), each [BLOCK_N, D/2].
+    No interleave, so no shared-memory shuffle per step. Nibble ``s e1 e0 m`` goes to fp32 bits
+    31 and 24..22: that float is the e2m1 value x 2^-126 (e = 0 gives the subnormal
+    m x 2^-127; mul.f32 keeps subnormals), so x 2^126 x scale is exact (3 integer ops a value
+    instead of ~10)."""
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, None]
+    p = tl.reshape(packed, (BLOCK_N, D // 16, 8)).to(tl.uint32)
+    lo = ((p << 22) & 0x01C00000) | (((p >> 3) & 1) << 31)
+    hi = ((p << 18) & 0x01C00000) | ((p >> 7) << 31)
+    k_e = lo.to(tl.float32, bitcast=True) * 8.507059173023462e37 * scale  # 2^126
+    k_o = hi.to(tl.float32, bitcast=True) * 8.507059173023462e37 * scale
+    return (tl.reshape(k_e, (BLOCK_N, D // 2)).to(tl.bfloat16),
+            tl.reshape(k_o, (BLOCK_N, D // 2)).to(tl.bfloat16))
+
+
+@triton.jit
+def _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e, acc_o, qk_scale):
+    """``_attend`` with the dims split into even and odd halves (K = V):
+    ``S = Q_e K_e^T + Q_o K_o^T``, ``acc_e += P K_e``, ``acc_o += P K_o``."""
+    s = tl.dot(q_o, tl.trans(k_o), tl.dot(q_e, tl.trans(k_e))) * qk_scale
+    s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    pb = p.to(tl.bfloat16)
+    acc_e = acc_e * alpha[:, None] + tl.dot(pb, k_e)
+    acc_o = acc_o * alpha[:, None] + tl.dot(pb, k_o)
+    return m_new, l_i, acc_e, acc_o
+
+
+@triton.jit
 def _attend(q, k, valid, m_i, l_i, acc, qk_scale):
     """One online-softmax step over keys ``k`` [BLOCK_N, D] (K = V), log2 domain."""
     s = tl.dot(q, tl.trans(k)) * qk_scale
@@ -154,6 +201,69 @@ def _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, row, h, hmask, pos, out_ptr, co
 
 
 @triton.jit
+def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, slot, sel_ok,
+                      c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D: tl.constexpr,
+                      PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                      C_STEPS: tl.constexpr):
+    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc [BLOCK_H, D]), the keys
+    dequantised in dim order (the round-1 form, ``fp4_pairs=False``)."""
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :],
+                mask=hmask[:, None], other=0.0)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, D], tl.float32)
+    rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
+                                  max_pages, D, PAGE, BLOCK_N)
+    packed, sc = _compressed_load(comp_ptr, rec, valid, D)
+    rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N, c_hi,
+                                      k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
+    for it in range(C_STEPS):
+        packed_n, sc_n = _compressed_load(comp_ptr, rec_n, valid_n, D)
+        rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
+                                            c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
+                                            max_pages, D, PAGE, BLOCK_N)
+        k = _compressed_dequant(packed, sc, D, BLOCK_N)
+        m_i, l_i, acc = _attend(q, k, valid, m_i, l_i, acc, qk_scale)
+        packed, sc, valid = packed_n, sc_n, valid_n
+        rec_n, valid_n = rec_nn, valid_nn
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, slot,
+                            sel_ok, c_0, c_hi, k_sel, n_pages, max_pages, qk_scale,
+                            D: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
+                            BLOCK_N: tl.constexpr, C_STEPS: tl.constexpr):
+    """As ``_compressed_split`` with q, the keys and acc split into even and odd dims; the
+    halves are interleaved back once, after the last step."""
+    i = tl.arange(0, D // 2)
+    q_row = q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + 2 * i[None, :]
+    q_e = tl.load(q_row, mask=hmask[:, None], other=0.0)
+    q_o = tl.load(q_row + 1, mask=hmask[:, None], other=0.0)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc_e = tl.zeros([BLOCK_H, D // 2], tl.float32)
+    acc_o = tl.zeros([BLOCK_H, D // 2], tl.float32)
+    rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
+                                  max_pages, D, PAGE, BLOCK_N)
+    packed, sc = _compressed_load_2d(comp_ptr, rec, valid, D)
+    rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N, c_hi,
+                                      k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
+    for it in range(C_STEPS):
+        packed_n, sc_n = _compressed_load_2d(comp_ptr, rec_n, valid_n, D)
+        rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
+                                            c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
+                                            max_pages, D, PAGE, BLOCK_N)
+        k_e, k_o = _compressed_dequant_pairs(packed, sc, D, BLOCK_N)
+        m_i, l_i, acc_e, acc_o = _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e,
+                                               acc_o, qk_scale)
+        packed, sc, valid = packed_n, sc_n, valid_n
+        rec_n, valid_n = rec_nn, valid_nn
+    return m_i, l_i, tl.reshape(tl.join(acc_e, acc_o), (BLOCK_H, D))
+
+
+@triton.jit
 def _sparse_attn_kernel(
     # inputs
     q_ptr, win_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, sink_ptr, comp_ptr, bt_ptr, idx_ptr,
@@ -166,7 +276,7 @@ def _sparse_attn_kernel(
     WINDOW: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
     N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
-    HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr,
+    HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr, FP4_PAIRS: tl.constexpr,
 ):
     pid_s = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -182,8 +292,6 @@ def _sparse_attn_kernel(
     h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = h < n_heads
     d = tl.arange(0, D)
-    q = tl.load(q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :],
-                mask=hmask[:, None], other=0.0)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -193,6 +301,8 @@ def _sparse_attn_kernel(
     # The two branches use disjoint names: Triton yields every name bound in both branches of a
     # runtime `if`, and the raw tiles of the two record kinds have different shapes.
     if pid_s < N_WSPLIT:
+        q = tl.load(q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :],
+                    mask=hmask[:, None], other=0.0)
         w_i0 = pid_s * (W_STEPS * BLOCK_N)
         w_hi = tl.minimum(w_i0 + W_STEPS * BLOCK_N, WINDOW)
         w_codes, w_sc, w_valid = _window_load(win_ptr, w_slot, pos, win_ok, w_i0, w_hi, ring,
@@ -208,21 +318,16 @@ def _sparse_attn_kernel(
         if HAS_SEL:
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * BLOCK_N)
             c_hi = tl.minimum(c_0 + C_STEPS * BLOCK_N, k_sel)
-            c_rec, c_valid = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok, c_0, c_hi,
-                                              k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
-            c_packed, c_sc = _compressed_load(comp_ptr, c_rec, c_valid, D)
-            c_rec_n, c_valid_n = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
-                                                  c_0 + BLOCK_N, c_hi, k_sel, n_pages,
-                                                  max_pages, D, PAGE, BLOCK_N)
-            for c_it in range(C_STEPS):
-                c_packed_n, c_sc_n = _compressed_load(comp_ptr, c_rec_n, c_valid_n, D)
-                c_rec_nn, c_valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, c_slot, sel_ok,
-                                                        c_0 + (c_it + 2) * BLOCK_N, c_hi, k_sel,
-                                                        n_pages, max_pages, D, PAGE, BLOCK_N)
-                c_k = _compressed_dequant(c_packed, c_sc, D, BLOCK_N)
-                m_i, l_i, acc = _attend(q, c_k, c_valid, m_i, l_i, acc, qk_scale)
-                c_packed, c_sc, c_valid = c_packed_n, c_sc_n, c_valid_n
-                c_rec_n, c_valid_n = c_rec_nn, c_valid_nn
+            if FP4_PAIRS:
+                m_i, l_i, acc = _compressed_split_pairs(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
+                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
+                    C_STEPS)
+            else:
+                m_i, l_i, acc = _compressed_split(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
+                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
+                    C_STEPS)
 
     if N_SPLIT == 1:
         _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
@@ -283,7 +388,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         PAGE=compressed.shape[1] if has_sel else 1, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
         HAS_SEL=has_sel,
-        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, num_warps=cfg.num_warps,
+        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, FP4_PAIRS=cfg.fp4_pairs,
+        num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     if cfg.n_split > 1 and not cfg.fused_merge:
