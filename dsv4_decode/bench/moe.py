@@ -5,9 +5,9 @@ CUDA-graph replay of 20 back-to-back layers, each call with its own input rows, 
 shared-expert copy (8 copies, > L2) and, through its own routing, its own experts of a
 384-expert bank, so weights come from HBM as in a real step. Rows 1, 6, 12, 48, 96, 192 at
 the TP=4 rank shapes (I = 576) and TP=1 (I = 2304); also the DSpark draft layer (128 experts,
-top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-nosplit``
-(the same without the W1|W3 split K, i.e. round 1's launch plan; only where ``ours`` splits)
-and ``torch`` (the PyTorch twin's math per
+top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-r1`` (round
+1's tiles and launch plan, ``config.ROUND1``), ``ours-nosplit`` (``ours`` without the W1|W3
+split K; only where ``ours`` splits) and ``torch`` (the PyTorch twin's math per
 slot, dequantise + matmuls, ``torch.compile``d; only where its gathered bf16 weights stay
 small).
 The floor: distinct experts touched (measured from each call's routing) x expert bytes +
@@ -34,11 +34,12 @@ from dsv4_decode.ops.moe import (
     prepare_moe_weights,
     route,
 )
+from dsv4_decode.ops.moe.config import ROUND1
 
 D = 5120
 CALLS = 20
 COPIES = 8  # router + shared expert copies: 8 x 12.8 MB (TP=4) > the 60 MB L2
-NOSPLIT = MoEConfig()  # W1|W3 in one K pass (round 1), side by side where ours splits
+NOSPLIT = MoEConfig()  # W1|W3 in one K pass, side by side where ours splits
 
 
 def expert_bytes(d: int, inter: int, block: int = 32) -> int:
@@ -120,8 +121,8 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
              + shared_bytes(D, layer.inter) + layer.n_exp * (2 * D + 4))
     case = case_key(rows=rows, tp=tp, experts=layer.n_exp, topk=top_k)
     rows_out = []
-    # the default (pick_config) and, where it splits W1|W3 along K, the unsplit launch plan
-    variants = [("ours", pick_config(rows, top_k, True, layer.inter))]
+    # the default (pick_config), round 1's plan and, where ours splits W1|W3 along K, no split
+    variants = [("ours", pick_config(rows, top_k, True, layer.inter)), ("ours-r1", ROUND1)]
     if variants[0][1].up_split > 1:
         variants.append(("ours-nosplit", NOSPLIT))
     for impl, cfg in variants:
@@ -183,7 +184,7 @@ def main(argv=None) -> None:
             rows_all += bench_case(layer, rows, top_k, tp, compiled, with_torch)
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "ours-nosplit", "torch"])
+    print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "torch"])
     path = write_rows(rows_all, "moe", args.out)
     print(f"appended {len(rows_all)} rows to {path}")
 

@@ -260,7 +260,7 @@ def test_pick_config_split():
     got = {(rows, inter, k): pick_config(rows, k, True, inter).up_split
            for rows, inter, k in ((1, 576, 6), (6, 576, 6), (12, 576, 6), (48, 576, 6),
                                   (192, 576, 6), (1, 2304, 6), (6, 2304, 6), (1, 576, 3))}
-    assert got == {(1, 576, 6): 8, (6, 576, 6): 4, (12, 576, 6): 2, (48, 576, 6): 1,
+    assert got == {(1, 576, 6): 8, (6, 576, 6): 8, (12, 576, 6): 4, (48, 576, 6): 1,
                    (192, 576, 6): 1, (1, 2304, 6): 8, (6, 2304, 6): 1, (1, 576, 3): 8}
     assert pick_config(1, 6, False).up_split == 1
 
@@ -312,7 +312,7 @@ def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
     check_record(r)
     # default (pick_config: W1|W3 split K 8/4/2/1 at 1/6/12/48+ rows) and split 4 everywhere
-    cfg = None if tiles == "default" else MoEConfig(up_split=4)
+    cfg = None if tiles == "default" else MoEConfig(up_split=4, up_stages=3)
     y = run_experts(x, r, experts, config=cfg, prepared=gpu_prepared)
     check_close(y, ref_experts(x, r, experts))
 
@@ -394,3 +394,85 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
             torch.cuda.synchronize()
             assert torch.equal(out, eager[i % 2]), f"replay {i} differs from eager"
     torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------- sm90 compile
+
+_COMPILE_SM90 = r'''
+import json, os, subprocess, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from dsv4_decode.ops.moe import _triton as K
+from dsv4_decode.ops.moe import api, pick_config
+from dsv4_decode.ops.moe.config import ROUND1
+
+PTR = dict(x_ptr="*bf16", entries_ptr="*i32", ids_ptr="*i32", w13_ptr="*i32", s13_ptr="*u8",
+           sw13_ptr="*fp8e4nv", ss13_ptr="*u8", h_ptr="*bf16", gu_ptr="*fp32", w2_ptr="*i32",
+           s2_ptr="*u8", sw2_ptr="*fp8e4nv", ss2_ptr="*u8", part_ptr="*fp32", wts_ptr="*fp32",
+           out_ptr="*bf16", w_ptr="*bf16", bias_ptr="*fp32", valid_ptr="*i32", shift_ptr="*i32")
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+
+
+def build(fn, const, num_warps, num_stages=3, maxnreg=0):
+    sig = {n: PTR.get(n, "constexpr" if n in const else "fp32" if n == "route_scale" else "i32")
+           for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in PTR}
+    opts = dict(num_warps=num_warps, num_stages=num_stages)
+    if maxnreg:
+        opts["maxnreg"] = maxnreg
+    k = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
+                       options=opts)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(k.asm["ptx"])
+    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                          capture_output=True, text=True).stderr
+    return [int(w) for line in info.splitlines() if "spill stores" in line
+            for w in line.split() if w.isdigit()][1]
+
+
+out = {}
+D = 5120
+for rows, inter in ((1, 576), (12, 576), (48, 576), (48, 2304)):
+    cfgs = [("pick", pick_config(rows, 6, True, inter))] + ([("r1", ROUND1)] if rows == 48 else [])
+    for name, cfg in cfgs:
+        s = cfg.up_split
+        const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.up_n,
+                     BLOCK_K=api._k_step(cfg.up_k, D // s), SPLIT=s, INTERPRETER=False)
+        out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
+            K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
+        if rows == 48:
+            const = dict(D=D, I=inter, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.down_n,
+                         BLOCK_K=api._k_step(cfg.down_k, inter), INTERPRETER=False)
+            out[f"down-{name}-I{inter}"] = build(K._moe_down_kernel, const, cfg.num_warps,
+                                                 cfg.num_stages)
+out["swiglu"] = build(K._moe_swiglu_kernel, dict(I=576, SPLIT=8, HAS_SHARED=True,
+                                                 BLOCK_I=api._SWIGLU_BLOCK_I), 4)
+out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
+                                                   BLOCK_D=api._COMBINE_BLOCK_D), 4)
+out["logits"] = build(K._router_logits_kernel, dict(
+    BLOCK_T=16, BLOCK_E=api._ROUTER_BLOCK_E, BLOCK_K=api._ROUTER_BLOCK_K,
+    K_CHUNK=api._ROUTER_K_CHUNK), 4)
+out["select"] = build(K._router_select_kernel, dict(
+    SPLIT=20, TOP_K=6, BLOCK_T=api._SELECT_ROWS, E_PAD=512, HAS_VALID=True), 4)
+out["record"] = build(K._route_record_kernel, dict(CAP=1152, NP=1024, E_PAD=512, BLOCK_M=16,
+                                                    FILL=1024), 8)
+print(json.dumps(out))
+'''
+
+
+def test_compiles_for_sm90_without_spills():
+    """Every kernel at its production configs goes through Triton's whole sm_90 pipeline
+    (TTIR -> PTX -> ptxas) without a GPU: the compiler's own checks, which the interpreter
+    skips, run here. No register spills (the W1|W3 register cap must not spill)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spills = json.loads(r.stdout.strip().splitlines()[-1])
+    assert spills == {k: 0 for k in spills}, spills

@@ -417,13 +417,16 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
                                                               w.w2_scales)
     launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                   INTERPRETER=not x.is_cuda)
+    up_launch = dict(launch, num_stages=cfg.up_stages)
+    if cfg.up_maxnreg and x.is_cuda:
+        up_launch["maxnreg"] = cfg.up_maxnreg
     # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
     # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
     K._moe_up_kernel[(triton.cdiv(inter, cfg.up_n) * split, m_tiles)](
         x, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, workspace.h,
         workspace.gu, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **launch)
+        BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **up_launch)
     if split > 1:
         n_rows = n_entries + t
         K._moe_swiglu_kernel[(n_rows, triton.cdiv(inter, _SWIGLU_BLOCK_I))](
