@@ -4,7 +4,8 @@ Six launches per MoE layer (seven with a split-K W1|W3), all with grids fixed by
 (graph-safe, idle CTAs exit):
 
 1. ``_router_logits_kernel``  split-K partial logits ``[S, T, E]`` fp32 (bf16 tensor-core dot);
-2. ``_router_select_kernel``  sums the S partials in order, sqrtsoftplus, biased top-k, weights;
+2. ``_router_select_kernel``  sums the S partials in order, sqrtsoftplus, biased top-k, weights
+                              (and, when one CTA holds every row, the record of 3 itself);
 3. ``_route_record_kernel``   one CTA: sorts the ``T*k`` (expert, entry) keys and writes the
                               entries grouped by expert, each group padded to ``BLOCK_M``;
 4. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
@@ -46,9 +47,13 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
 
 
 @triton.jit
-def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, T, E, route_scale,
-                          SPLIT: tl.constexpr, TOP_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                          E_PAD: tl.constexpr, HAS_VALID: tl.constexpr):
+def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entries_ptr,
+                          shift_ptr, T, E, route_scale, SPLIT: tl.constexpr,
+                          TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, E_PAD: tl.constexpr,
+                          HAS_VALID: tl.constexpr, RECORD: tl.constexpr, CAP: tl.constexpr,
+                          NP: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr):
+    """RECORD (one CTA holds all T rows): the routing record follows in the same launch
+    (``_record`` after a CTA barrier: the ids just stored are visible to the whole CTA)."""
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_e = tl.arange(0, E_PAD)
     tmask = offs_t < T
@@ -83,6 +88,9 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, T, E,
         score = tl.where(hit, float("-inf"), score)
         tl.store(ids_ptr + offs_t * TOP_K + i, tl.where(valid, idx, -1), mask=tmask)
         tl.store(wts_ptr + offs_t * TOP_K + i, tl.where(valid, sel * norm, 0.0), mask=tmask)
+    if RECORD:
+        tl.debug_barrier()
+        _record(ids_ptr, entries_ptr, shift_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
 
 
 @triton.jit
@@ -97,6 +105,12 @@ def _argmax_hit(score, offs_e, E_PAD: tl.constexpr):
 def _route_record_kernel(ids_ptr, entries_ptr, shift_ptr, N, CAP: tl.constexpr,
                          NP: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                          FILL: tl.constexpr):
+    _record(ids_ptr, entries_ptr, shift_ptr, N, CAP, NP, E_PAD, BLOCK_M, FILL)
+
+
+@triton.jit
+def _record(ids_ptr, entries_ptr, shift_ptr, N, CAP: tl.constexpr, NP: tl.constexpr,
+            E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr):
     """One CTA. Entry ``n = t*k + i`` (row t, slot i) goes to ``entries[pstart[e] + rank]``
     where ``e = ids[n]``, ``pstart`` the prefix of the per-expert counts padded to BLOCK_M and
     ``rank`` its position among the expert's entries in entry order; the rest stays -1."""

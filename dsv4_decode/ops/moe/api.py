@@ -3,7 +3,8 @@
 Public entry points:
 
 - ``route(x, gate_weight, gate_bias, top_k=6, route_scale=1.5)`` -> ``Routing``
-  (3 launches: split-K logits, select, routing record);
+  (3 launches: split-K logits, select, routing record; 2 for up to 4 rows, where the one
+  select CTA writes the record);
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
 - ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
   time: checks, and repacks the MXFP4 nibbles for the kernels);
@@ -114,13 +115,15 @@ def alloc_routing(rows: int, top_k: int, n_experts: int, hidden: int, device,
         n_experts=n_experts, block_m=block_m)
 
 
-def _launch_record(r: Routing) -> None:
-    n = r.ids.numel()
+def _record_consts(r: Routing) -> dict:
     cap = r.entries.numel()
-    K._route_record_kernel[(1,)](
-        r.ids, r.entries, r.shift, n, CAP=cap,
-        NP=_np2(max(n, 16)), E_PAD=r.shift.numel(), BLOCK_M=r.block_m,
-        FILL=min(1024, _np2(cap)), num_warps=8)
+    return dict(CAP=cap, NP=_np2(max(r.ids.numel(), 16)), E_PAD=r.shift.numel(),
+                BLOCK_M=r.block_m, FILL=min(1024, _np2(cap)))
+
+
+def _launch_record(r: Routing) -> None:
+    K._route_record_kernel[(1,)](r.ids, r.entries, r.shift, r.ids.numel(), **_record_consts(r),
+                                 num_warps=8)
 
 
 def _check_out_routing(out: Routing, rows, top_k, n_experts, hidden):
@@ -171,12 +174,14 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         x, gate_weight, out.logits, t, e, d, x.stride(0),
         BLOCK_T=block_t, BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K,
         K_CHUNK=_ROUTER_K_CHUNK, num_warps=4)
+    fused = t <= _SELECT_ROWS  # one select CTA: it writes the record too (one launch less)
     K._router_select_kernel[(triton.cdiv(t, _SELECT_ROWS),)](
         out.logits, gate_bias, valid_rows if valid_rows is not None else out.ids,
-        out.ids, out.weights, t, e, float(route_scale),
-        SPLIT=split, TOP_K=top_k, BLOCK_T=_SELECT_ROWS, E_PAD=_np2(max(e, 16)),
-        HAS_VALID=valid_rows is not None, num_warps=4)
-    _launch_record(out)
+        out.ids, out.weights, out.entries, out.shift, t, e, float(route_scale),
+        SPLIT=split, TOP_K=top_k, BLOCK_T=_SELECT_ROWS, HAS_VALID=valid_rows is not None,
+        RECORD=fused, **_record_consts(out), num_warps=4)
+    if not fused:
+        _launch_record(out)
     return out
 
 
