@@ -367,8 +367,8 @@ for heads, n_sel, fused, pairs in ((16, 512, True, True), (64, 512, False, True)
                  FP4_PAIRS=pairs)
     out[f"main-H{heads}-K{n_sel}-{'pairs' if pairs else 'dim_order'}"] = build(
         K._sparse_attn_kernel, const, cfg.num_warps)
-const = dict(D=512, R2=32, BLOCK_H=16, N_SPLIT=8, HAS_SINK=True)
-out["merge"] = build(K._merge_kernel, const, 8)
+const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=8, HAS_SINK=True)
+out["merge"] = build(K._merge_kernel, const, 4)
 print(json.dumps(out))
 '''
 

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+MERGE_DIMS = 128  # dims per merge-kernel CTA (16 heads x 128 dims x 4 B = 8 KB per partial)
 
 
 @triton.jit
@@ -148,10 +149,10 @@ def _attend(q, k, valid, m_i, l_i, acc, qk_scale):
 
 @triton.jit
 def _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads,
-              n_cos, D: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
-              HAS_SINK: tl.constexpr):
-    """acc [BLOCK_H, D] unnormalised, m (log2 domain) and l [BLOCK_H] -> sink, normalise,
-    inverse RoPE on the last 2*R2 dims, store bf16."""
+              n_cos, d0, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
+              BLOCK_H: tl.constexpr, HAS_SINK: tl.constexpr):
+    """acc [BLOCK_H, DM] (dims d0 .. d0+DM) unnormalised, m (log2 domain) and l [BLOCK_H] ->
+    sink, normalise, inverse RoPE on the last 2*R2 of the D dims, store bf16."""
     if HAS_SINK:
         sink = tl.load(sink_ptr + h, mask=hmask, other=0.0) * 1.4426950408889634
         m_f = tl.maximum(m, sink)
@@ -165,30 +166,30 @@ def _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr
     w = tl.where(den > 0, alpha / tl.where(den > 0, den, 1.0), 0.0)
     o = acc * w[:, None]
     # inverse RoPE: rotate pairs (2i, 2i+1) by -pos*f; pairs before the rope slice get cos 1, sin 0
-    a, b = tl.split(tl.reshape(o, (BLOCK_H, D // 2, 2)))
-    i = tl.arange(0, D // 2) - (D // 2 - R2)
+    a, b = tl.split(tl.reshape(o, (BLOCK_H, DM // 2, 2)))
+    i = d0 // 2 + tl.arange(0, DM // 2) - (D // 2 - R2)
     ok = (i >= 0) & (pos >= 0) & (pos < n_cos)
     cs = tl.load(cos_ptr + pos * R2 + i, mask=ok, other=1.0)[None, :]
     sn = tl.load(sin_ptr + pos * R2 + i, mask=ok, other=0.0)[None, :]
-    o = tl.reshape(tl.join(a * cs + b * sn, b * cs - a * sn), (BLOCK_H, D))
-    d = tl.arange(0, D)
+    o = tl.reshape(tl.join(a * cs + b * sn, b * cs - a * sn), (BLOCK_H, DM))
+    d = d0 + tl.arange(0, DM)
     offs = (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :]
     tl.store(out_ptr + offs, o.to(tl.bfloat16), mask=hmask[:, None])
 
 
 @triton.jit
 def _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr,
-           sink_ptr, n_heads, n_cos, D: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
-           N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
-    """Merge the N_SPLIT partials at ``base`` (first split's index) and finalise.
-    Loads bypass L1 (.cg): the partials were written by other CTAs of this launch."""
+           sink_ptr, n_heads, n_cos, d0, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
+           BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
+    """Merge dims ``d0 .. d0+DM`` of the N_SPLIT partials at ``base`` (first split's index)
+    and finalise them. Loads bypass L1 (.cg): the partials were written by other CTAs."""
     hh = tl.arange(0, BLOCK_H)
-    d = tl.arange(0, D)
+    d = d0 + tl.arange(0, DM)
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     for s in tl.static_range(N_SPLIT):
         m = tl.maximum(m, tl.load(ws_m_ptr + (base + s) * BLOCK_H + hh, cache_modifier=".cg"))
     m_use = tl.where(m == float("-inf"), 0.0, m)
-    acc = tl.zeros([BLOCK_H, D], tl.float32)
+    acc = tl.zeros([BLOCK_H, DM], tl.float32)
     l = tl.zeros([BLOCK_H], tl.float32)
     for s in tl.static_range(N_SPLIT):
         r = (base + s) * BLOCK_H + hh
@@ -197,7 +198,7 @@ def _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, row, h, hmask, pos, out_ptr, co
         part = tl.load(ws_acc_ptr + r.to(tl.int64)[:, None] * D + d[None, :], cache_modifier=".cg")
         acc += w[:, None] * part
     _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos,
-              D, R2, BLOCK_H, HAS_SINK)
+              d0, D, DM, R2, BLOCK_H, HAS_SINK)
 
 
 @triton.jit
@@ -331,7 +332,7 @@ def _sparse_attn_kernel(
 
     if N_SPLIT == 1:
         _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
-                  n_heads, n_cos, D, R2, BLOCK_H, HAS_SINK)
+                  n_heads, n_cos, 0, D, D, R2, BLOCK_H, HAS_SINK)
     else:
         group = row * n_hb + pid_h
         r = (group * N_SPLIT + pid_s) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -345,22 +346,25 @@ def _sparse_attn_kernel(
             arrived = tl.atomic_add(cnt_ptr + group, 1, sem="acq_rel", scope="gpu")
             if arrived == N_SPLIT - 1:
                 _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, group * N_SPLIT, row, h, hmask, pos,
-                       out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, D, R2, BLOCK_H,
-                       N_SPLIT, HAS_SINK)
+                       out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, 0, D, D, R2,
+                       BLOCK_H, N_SPLIT, HAS_SINK)
                 tl.atomic_xchg(cnt_ptr + group, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, pos_ptr, out_ptr, cos_ptr, sin_ptr, sink_ptr,
-                  n_heads, n_cos, D: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
-                  N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
+                  n_heads, n_cos, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
+                  BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
+    """One CTA per (head block, row, DM-dim chunk): DM = 128 of 512 dims makes 4x the CTAs,
+    each reading a quarter of the partials, so the merge's serial load time shrinks 4x."""
     pid_h = tl.program_id(0)
     row = tl.program_id(1)
+    d0 = tl.program_id(2) * DM
     h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     pos = tl.load(pos_ptr + row)
     group = row * tl.num_programs(0) + pid_h
     _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, group * N_SPLIT, row, h, h < n_heads, pos, out_ptr,
-           cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, D, R2, BLOCK_H, N_SPLIT, HAS_SINK)
+           cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, d0, D, DM, R2, BLOCK_H, N_SPLIT, HAS_SINK)
 
 
 def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, block_table,
@@ -393,8 +397,9 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     if cfg.n_split > 1 and not cfg.fused_merge:
-        _merge_kernel[(n_hb, t)](
+        dm = min(d, MERGE_DIMS)
+        _merge_kernel[(n_hb, t, d // dm)](
             ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
-            D=d, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
-            HAS_SINK=sinks is not None, num_warps=cfg.num_warps,
+            D=d, DM=dm, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
+            HAS_SINK=sinks is not None, num_warps=4,
         )
