@@ -263,6 +263,8 @@ def test_pick_config_split():
     assert got == {(1, 576, 6): 8, (6, 576, 6): 8, (12, 576, 6): 4, (48, 576, 6): 1,
                    (192, 576, 6): 1, (1, 2304, 6): 8, (6, 2304, 6): 1, (1, 576, 3): 8}
     assert pick_config(1, 6, False).up_split == 1
+    assert pick_config(1, 6, True, 64, hidden=512).up_split == 4  # 512 % 1024: not 8
+    assert pick_config(1, 6, True, 64, hidden=128).up_split == 1  # small D: whole K steps
 
 
 def test_repack_roundtrip():
@@ -433,7 +435,7 @@ def build(fn, const, num_warps, num_stages=3, maxnreg=0):
 
 out = {}
 D = 5120
-for rows, inter in ((1, 576), (12, 576), (48, 576), (48, 2304)):
+for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
     cfgs = [("pick", pick_config(rows, 6, True, inter))] + ([("r1", ROUND1)] if rows == 48 else [])
     for name, cfg in cfgs:
         s = cfg.up_split

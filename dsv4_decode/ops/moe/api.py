@@ -226,7 +226,7 @@ def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device,
                         config: MoEConfig | None = None) -> MoEWorkspace:
     """Workspace for ``moe_experts(..., config=config)``; ``config=None``: the one
     ``pick_config`` gives for these rows on ``device``."""
-    cfg = config or pick_config(rows, top_k, torch.device(device).type == "cuda", inter)
+    cfg = config or pick_config(rows, top_k, torch.device(device).type == "cuda", inter, hidden)
     n = rows * top_k + rows
     split = cfg.up_split if cfg.up_split > 1 else 0
     return MoEWorkspace(h=torch.empty(n, inter, dtype=torch.bfloat16, device=device),
@@ -399,7 +399,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     elif out.dtype != torch.bfloat16 or tuple(out.shape) != (t, d) or out.stride(1) != 1:
         _fail("out", f"{out.dtype} {tuple(out.shape)}", f"bf16 [{t}, {d}], unit column stride")
     k = routing.top_k
-    cfg = config or pick_config(t, k, x.is_cuda, inter)
+    cfg = config or pick_config(t, k, x.is_cuda, inter, d)
     if cfg.block_m != routing.block_m:
         _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
     split = cfg.up_split

@@ -51,7 +51,8 @@ ROUND1 = MoEConfig(up_k=256, down_k=256, up_stages=3, up_maxnreg=0)
 _TARGET_UP_CTAS = 4224
 
 
-def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576) -> MoEConfig:
+def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
+                hidden: int = 5120) -> MoEConfig:
     """The rule (SM90 SASS counts and ptxas reports, docs/kernels/moe.md): one warp per 16
     weight rows (``num_warps = BLOCK_N / 16``), so each weight value is decoded once and
     mma.sync takes the decoded tile from registers: 32-row W1|W3 tiles and 64-row W2 tiles
@@ -61,12 +62,13 @@ def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576) -> MoECon
     W1|W3 split K: 8 if ``8 x`` the W1|W3 grid (about ``rows*top_k + rows/16`` tiles x
     ``inter/32``) stays within ``2 x _TARGET_UP_CTAS``, else 4 likewise, else 1 (split 2 spills
     at the 128-register cap): 8 at 1-6 rows, 4 at 12, 1 from 48 rows (TP=4). Split configs
-    use 3 stages (4 would spill). Under the interpreter, larger tiles keep the CPU tests fast
+    use 3 stages (4 would spill); a split needs ``hidden % (128 * split) == 0`` (whole K
+    steps of 128 per chunk). Under the interpreter, larger tiles keep the CPU tests fast
     (split 1; the tests force other splits)."""
     if not on_gpu:
         return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4, up_maxnreg=0)
     ctas = (rows * top_k + -(-rows // 16)) * -(-inter // 32)
     for split in (8, 4):
-        if split * ctas <= 2 * _TARGET_UP_CTAS:
+        if split * ctas <= 2 * _TARGET_UP_CTAS and hidden % (128 * split) == 0:
             return MoEConfig(up_split=split, up_stages=3)
     return MoEConfig()
