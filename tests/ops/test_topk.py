@@ -226,6 +226,33 @@ def test_folded_spans(log_r, device, monkeypatch):
     assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, 16, 8))
 
 
+def test_fused_threshold_matches_unfused(device):
+    """The threshold computed by the last group-maxima program (ticket) equals the separate
+    threshold kernel's, the ticket is re-armed to 0, and both paths give the twin's answer
+    (a stale threshold would not show in the answer alone: the exact fallback hides it)."""
+    from dsv4_decode.ops.topk import _triton
+
+    gen = torch.Generator().manual_seed(9)
+    x = make_logits("random", 5, 12000, gen)
+    lens = make_lengths("edges", 5, 12000, 64, gen)
+    xd, nd = make_padded(x.to(device)), lens.to(device)
+    want = decode_topk_ref(x, lens, 64)
+    res = []
+    for fuse in (True, False):
+        ws = make_topk_workspace(5, 64, device)
+        ws.thr.fill_(-3)
+        ws.cnt.fill_(-3)
+        out = torch.full((5, 64), -7, dtype=torch.int32, device=device)
+        for _ in range(2):  # the second call runs on the re-armed ticket
+            _triton.launch(xd.view(torch.int16), nd, out, ws, ws.cfg, 64, fuse=fuse)
+            assert torch.equal(out.cpu(), want)
+        assert int(ws.tick.abs().sum()) == 0
+        res.append((ws.thr.cpu(), ws.cnt.cpu()))
+    assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
+    assert int(res[0][0].min()) >= 1 and int(res[0][1].max()) <= make_topk_workspace(
+        1, 64, "cpu").cfg.small
+
+
 def test_workspace_reuse_new_inputs(device):
     gen = torch.Generator().manual_seed(5)
     ws = make_topk_workspace(3, 32, device)

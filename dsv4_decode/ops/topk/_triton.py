@@ -1,14 +1,17 @@
 """Triton kernels of ``decode_topk`` (private). Algorithm and work split: docs/kernels/topk.md.
 
-Four launches per call, all rows at once, every length read on the device:
+Three launches per call on grids of < 1,024 group-maxima programs, four on larger ones (or
+with ``fuse=False``), all rows at once, every length read on the device:
 
 1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row; the maxima of strided
    groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level) at the
-   level the row's length selects, so a row has ``target .. 2*target`` groups; on many-row
-   grids a program first folds R chunks elementwise (``config.span_log2``).
-2. ``_threshold_kernel``  grid (rows,): T0 = the k-th largest group maximum (``_kth_largest``:
-   a 256-bin histogram below the maximum, else a bitwise search). At least k elements are
-   >= T0 (every one of those k groups holds its maximum), so the top k are >= T0.
+   level the row's length selects, so a row has ``target .. 2*target`` groups; a program first
+   folds R chunks elementwise (``config.span_log2``). Fused: the row's last program (atomic
+   ticket) runs step 2.
+2. ``_row_threshold`` (fused into kernel 1, else ``_threshold_kernel`` grid (rows,)): T0 = the
+   k-th largest group maximum (``_kth_largest``: a 256-bin histogram below the maximum, else a
+   bitwise search). At least k elements are >= T0 (every one of those k groups holds its
+   maximum), so the top k are >= T0.
 3. ``_collect_kernel``    grid (rows, chunks / G): re-reads the row (from L2 when it fits)
    and appends every element >= T0 to the row's candidate buffer (key1, and its index with its
    rank inside the chunk), one atomic per G chunks; stores each chunk's candidate count.
@@ -121,12 +124,49 @@ def _store_level(g, g_ptr, unit, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
 
 
 @triton.jit
-def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, stride_x, stride_g, cols,
-                      BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
-                      TARGET: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                      UNROLL: tl.constexpr):
+def _kth_group_max(g_row, n, K, SIZE: tl.constexpr):
+    i = tl.arange(0, SIZE)
+    # .cg: in the fused path these maxima were just written by other CTAs (read from L2)
+    g = tl.load(g_row + i, mask=i < n, other=0, cache_modifier=".cg")
+    return _kth_largest(g, g > 0, K, SIZE <= 4096)
+
+
+@triton.jit
+def _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols, K,
+                   BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
+                   TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
+                   LOG_R: tl.constexpr):
+    """T0 of one row = the K-th largest of its group maxima (1 = every valid element a
+    candidate when fewer than K groups are valid); resets the row's candidate counter."""
+    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    s = _level(len_e, TARGET, LMAX)
+    folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
+    span = tl.where(folded, R * CHUNK, CHUNK)
+    per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)
+    n_groups = ((len_e + span - 1) // span) * per_span
+    g_row = gmax_ptr + row.to(tl.int64) * stride_g
+    # The smallest tile that holds the row's groups (typically T..2T = GROUPS / 4 .. / 2): the
+    # selection costs per tile slot, masked or not.
+    if n_groups <= GROUPS // 4:
+        t = _kth_group_max(g_row, n_groups, K, GROUPS // 4)
+    elif n_groups <= GROUPS // 2:
+        t = _kth_group_max(g_row, n_groups, K, GROUPS // 2)
+    else:
+        t = _kth_group_max(g_row, n_groups, K, GROUPS)
+    tl.store(thr_ptr + row, tl.maximum(t, 1))
+    tl.store(cnt_ptr + row, 0)
+
+
+@triton.jit
+def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, tick_ptr, stride_x,
+                      stride_g, cols, K, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                      LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
+                      R: tl.constexpr, LOG_R: tl.constexpr, UNROLL: tl.constexpr,
+                      FUSE: tl.constexpr):
     # Program p covers R chunks. Rows long enough (level >= LOG_R) fold the R chunks with an
-    # elementwise max first (groups strided by CHUNK), so the level chain runs once per R chunks.
+    # elementwise max first (groups strided by CHUNK), so the level reduction runs once per R
+    # chunks. FUSE: the row's last program to finish (an atomic ticket) computes the threshold,
+    # saving the separate threshold launch.
     row = tl.program_id(0)
     p = tl.program_id(1)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
@@ -147,6 +187,16 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, stride_x, stride_g, cols,
             if c * CHUNK < len_e:
                 key1 = _element_keys(x_row, c * CHUNK + tl.arange(0, CHUNK), length, len_e, BLOCK)
                 _store_level(key1, g_ptr, c, s, CHUNK, LMAX)
+    if FUSE:
+        # Every thread's maxima are stored before the ticket (CTA barrier, then the ticket's
+        # acq_rel gpu-scope atomic publishes them); the last of the row's programs (every
+        # program takes a ticket, past the length too) reads them all and re-arms the ticket.
+        tl.debug_barrier()
+        ticket = tl.atomic_add(tick_ptr + row, 1, sem="acq_rel", scope="gpu")
+        if ticket == tl.num_programs(1) - 1:
+            tl.store(tick_ptr + row, 0)
+            _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols, K,
+                           BLOCK, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
 
 
 @triton.jit
@@ -154,19 +204,8 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
                       BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
                       TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
                       LOG_R: tl.constexpr):
-    row = tl.program_id(0)
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-    s = _level(len_e, TARGET, LMAX)
-    folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
-    span = tl.where(folded, R * CHUNK, CHUNK)
-    per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)
-    n_groups = ((len_e + span - 1) // span) * per_span
-    i = tl.arange(0, GROUPS)
-    g = tl.load(gmax_ptr + row.to(tl.int64) * stride_g + i, mask=i < n_groups, other=0)
-    # T0 = the K-th largest group maximum; 1 (every valid element a candidate) when fewer than
-    # K groups are valid.
-    tl.store(thr_ptr + row, tl.maximum(_kth_largest(g, g > 0, K, GROUPS <= 4096), 1))
-    tl.store(cnt_ptr + row, 0)
+    _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, tl.program_id(0), stride_g, cols,
+                   K, BLOCK, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
 
 
 @triton.jit
@@ -326,23 +365,32 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
 
 
-def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4) -> None:
-    """Run the four kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
+def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
+    """Run the kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
 
-    ``stages < 4`` runs only the first kernels (the benchmark's per-kernel breakdown).
+    ``fuse`` (default): on grids of < 1,024 group-maxima programs (unfolded, R = 1: the
+    latency-bound cells) the threshold runs in the last group-maxima program of each row, three
+    launches; elsewhere, or with ``fuse=False`` (round 1's path, kept for the benchmark's
+    comparison), a separate threshold launch: the fused code's registers (~80-150 a thread)
+    would cut the CTAs per SM of the bandwidth-bound pass. ``stages < 4`` stops after kernel
+    1 (group maxima, + threshold when fused), 2 (threshold) or 3 (collect): the benchmark's
+    per-kernel breakdown.
     """
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.chunk)
     log_r = span_log2(rows, n_chunks)
+    fuse = fuse and log_r == 0
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
-    spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, R=1 << log_r, LOG_R=log_r)
+    spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
+    # fused with the 8,192-slot threshold tile (k > 512): 8 warps keep it at ~80 registers
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
-        x16, lengths, ws.gmax, x16.stride(0), ws.gmax.stride(0), cols,
-        UNROLL=min(1 << log_r, 4), num_warps=4, **spans, **common)
-    if stages >= 2:
+        x16, lengths, ws.gmax, ws.thr, ws.cnt, ws.tick, x16.stride(0), ws.gmax.stride(0), cols,
+        k, UNROLL=min(1 << log_r, 4), FUSE=fuse,
+        num_warps=8 if fuse and cfg.groups > 4096 else 4, **spans, **common)
+    if stages >= 2 and not fuse:
         _threshold_kernel[(rows,)](
-            lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, GROUPS=cfg.groups,
-            num_warps=8, **spans, **common)
+            lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, num_warps=8, **spans,
+            **common)
     if stages >= 3:
         log_g = collect_log2(rows, n_chunks)
         _collect_kernel[(rows, n_chunks >> log_g)](
