@@ -23,6 +23,10 @@ every name, shape, dtype and TP split is ``names.param_table(cfg)``.
   everything else replicated.
 - ``engram_tables=False`` (random_weights, load) leaves the engram tables out altogether.
 - DSpark draft layers (``mtp.*``) are not included.
+- A V4 config (``cfg.is_v4``, spec §12) has the V4 layout of ``names_v4``: FP8 blocks of
+  ``cfg.weight_block_size`` (128 x 128), per-layer compressors with an fp32 position bias
+  ``ape``, the CSA indexers' own compressors, int32 ``ffn.gate.tid2eid`` on hash-routed
+  layers, fp32 ``hc_head_fn/base/scale``; ``hf_v4.to_hf_state_dict`` maps it to HF names.
 """
 
 from __future__ import annotations
