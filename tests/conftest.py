@@ -2,7 +2,9 @@
 
 - sets ``TRITON_INTERPRET=1`` before Triton is imported when CUDA is absent, and installs the
   interpreter workarounds of ``dsv4_decode.utils.interpreter``;
-- the ``gpu`` marker (production shapes, CUDA graphs) is skipped without CUDA.
+- the ``gpu`` marker (production shapes, CUDA graphs) is skipped without CUDA;
+- every test runs with one intra-op CPU thread: the tests' ops are small, and on a 2-core CI
+  machine torch's threads oversubscribe the cores (measured on tests/reference: 127 s -> 10 s).
 """
 
 import os
@@ -26,6 +28,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _one_cpu_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture
