@@ -49,9 +49,10 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
 @triton.jit
 def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entries_ptr,
                           shift_ptr, T, E, route_scale, SPLIT: tl.constexpr,
-                          TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, E_PAD: tl.constexpr,
-                          HAS_VALID: tl.constexpr, RECORD: tl.constexpr, CAP: tl.constexpr,
-                          NP: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr):
+                          TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
+                          E_PAD: tl.constexpr, HAS_VALID: tl.constexpr, RECORD: tl.constexpr,
+                          CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
+                          FILL: tl.constexpr):
     """RECORD (one CTA holds all T rows): the routing record follows in the same launch
     (``_record`` after a CTA barrier: the ids just stored are visible to the whole CTA)."""
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -72,33 +73,30 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
     valid = tmask
     if HAS_VALID:
         valid = valid & (offs_t < tl.load(valid_ptr))
-    # Pass 1 finds the normaliser; pass 2 repeats the same (deterministic) selection and
-    # stores ids and weights, so nothing is re-read from memory.
+    # One arg-max pass per slot; ids and (unnormalised) weights collect in [BT, K_PAD] tiles,
+    # so the normaliser (summed in slot order) applies before the only stores.
+    kk = tl.arange(0, K_PAD)[None, :]
+    ids = tl.full((BLOCK_T, K_PAD), -1, tl.int32)
+    sel = tl.zeros((BLOCK_T, K_PAD), dtype=tl.float32)
     total = tl.zeros((BLOCK_T,), dtype=tl.float32)
-    s1 = score
-    for _i in tl.static_range(TOP_K):
-        hit = _argmax_hit(s1, offs_e, E_PAD)
-        total += tl.sum(tl.where(hit, sigma, 0.0), axis=1)
-        s1 = tl.where(hit, float("-inf"), s1)
-    norm = route_scale / (total + 1e-20)
     for i in tl.static_range(TOP_K):
-        hit = _argmax_hit(score, offs_e, E_PAD)
-        idx = tl.max(tl.where(hit, offs_e[None, :], -1), axis=1)
-        sel = tl.sum(tl.where(hit, sigma, 0.0), axis=1)
+        best = tl.max(score, axis=1)
+        idx = tl.min(tl.where(score == best[:, None], offs_e[None, :], E_PAD), axis=1)
+        hit = offs_e[None, :] == idx[:, None]  # ties go to the lower expert id
+        s_i = tl.sum(tl.where(hit, sigma, 0.0), axis=1)
         score = tl.where(hit, float("-inf"), score)
-        tl.store(ids_ptr + offs_t * TOP_K + i, tl.where(valid, idx, -1), mask=tmask)
-        tl.store(wts_ptr + offs_t * TOP_K + i, tl.where(valid, sel * norm, 0.0), mask=tmask)
+        total += s_i
+        ids = tl.where(kk == i, idx[:, None], ids)
+        sel = tl.where(kk == i, s_i[:, None], sel)
+    norm = route_scale / (total + 1e-20)
+    smask = tmask[:, None] & (kk < TOP_K)
+    tl.store(ids_ptr + offs_t[:, None] * TOP_K + kk, tl.where(valid[:, None], ids, -1),
+             mask=smask)
+    tl.store(wts_ptr + offs_t[:, None] * TOP_K + kk,
+             tl.where(valid[:, None], sel * norm[:, None], 0.0), mask=smask)
     if RECORD:
         tl.debug_barrier()
         _record(ids_ptr, entries_ptr, shift_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
-
-
-@triton.jit
-def _argmax_hit(score, offs_e, E_PAD: tl.constexpr):
-    """One-hot ``[BT, E_PAD]`` of each row's largest score; ties go to the lower expert id."""
-    best = tl.max(score, axis=1)
-    idx = tl.min(tl.where(score == best[:, None], offs_e[None, :], E_PAD), axis=1)
-    return offs_e[None, :] == idx[:, None]
 
 
 @triton.jit

@@ -178,7 +178,8 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     K._router_select_kernel[(triton.cdiv(t, _SELECT_ROWS),)](
         out.logits, gate_bias, valid_rows if valid_rows is not None else out.ids,
         out.ids, out.weights, out.entries, out.shift, t, e, float(route_scale),
-        SPLIT=split, TOP_K=top_k, BLOCK_T=_SELECT_ROWS, HAS_VALID=valid_rows is not None,
+        SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k), BLOCK_T=_SELECT_ROWS,
+        HAS_VALID=valid_rows is not None,
         RECORD=fused, **_record_consts(out), num_warps=4)
     if not fused:
         _launch_record(out)
