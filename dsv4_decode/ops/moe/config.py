@@ -24,7 +24,7 @@ class MoEConfig:
     down_n: int = 64
     down_k: int = 128
     num_warps: int = 2
-    num_stages: int = 3
+    num_stages: int = 4
     up_stages: int = 4
     up_maxnreg: int = 128
     up_split: int = 1
@@ -44,7 +44,7 @@ class MoEConfig:
 
 
 # Round 1's measured launch plan (H200 table in docs/kernels/moe.md), kept for comparison.
-ROUND1 = MoEConfig(up_k=256, down_k=256, up_stages=3, up_maxnreg=0)
+ROUND1 = MoEConfig(up_k=256, down_k=256, num_stages=3, up_stages=3, up_maxnreg=0)
 
 # 132 SMs x 8 resident W1|W3 CTAs x 4 waves: enough CTAs that the last wave's tail is short
 # and every SM streams from the start.
@@ -58,7 +58,9 @@ def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
     mma.sync takes the decoded tile from registers: 32-row W1|W3 tiles and 64-row W2 tiles
     with 2 warps. K steps of 128 (64 for I = 576): W1|W3 capped at 128 registers with 4 stages
     (25.6 KB shared memory) holds 8 CTAs = 16 warps per SM with no spills (round 1: 192
-    registers, 5 CTAs); W2 at I = 2304 with 128-steps fits 7 CTAs (round 1: 49 KB, 4).
+    registers, 5 CTAs); W2 with 4 stages (3 K steps in flight per CTA: at 1 row its ~4 CTAs
+    per SM need them to cover the HBM latency): I = 576, 96 registers, 18.5 KB -> 10 CTAs per
+    SM; I = 2304 with 128-steps 37 KB -> 6 (round 1: 49 KB, 4).
     W1|W3 split K: 8 if ``8 x`` the W1|W3 grid (about ``rows*top_k + rows/16`` tiles x
     ``inter/32``) stays within ``2 x _TARGET_UP_CTAS``, else 4 likewise, else 1 (split 2 spills
     at the 128-register cap): 8 at 1-6 rows, 4 at 12, 1 from 48 rows (TP=4). Split configs
