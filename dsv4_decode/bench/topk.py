@@ -70,6 +70,8 @@ def bench_cell(rows: int, cols: int, valid: str, k: int, baselines: bool) -> lis
     ws = make_topk_workspace(rows, k, "cuda")
     res = [Row("topk", case, "ours",
                _timed(lambda x: decode_topk(x, lens, k, out=out, workspace=ws), xs), floor)]
+    if _fusable(rows, cols):
+        res.append(_unfused(case, xs, lens, out, ws, k, floor))
     if baselines:
         res.append(Row("topk", case, "torch",
                        _timed(lambda x: torch.topk(x, k, dim=1, sorted=False), xs), floor))
@@ -85,16 +87,35 @@ def bench_blocks(rows: int, cols: int, n_blocks: int = 2048, block: int = 8) -> 
     out = torch.empty(rows, n_blocks, dtype=torch.int32, device="cuda")
     ws = make_topk_workspace(rows, n_blocks, "cuda", block)
     floor = rows * length * 2
-    return [
-        Row("topk", case, "ours", _timed(lambda x: decode_topk_blocks(
-            x, lens, n_blocks, block, out=out, workspace=ws), xs), floor),
-        Row("topk", case, "torch", _timed(lambda x: decode_topk_blocks_ref(
-            x, lens, n_blocks, block), xs), floor),
-    ]
+    res = [Row("topk", case, "ours", _timed(lambda x: decode_topk_blocks(
+        x, lens, n_blocks, block, out=out, workspace=ws), xs), floor)]
+    if _fusable(rows, cols):
+        res.append(_unfused(case, xs, lens, out, ws, n_blocks, floor))
+    res.append(Row("topk", case, "torch", _timed(lambda x: decode_topk_blocks_ref(
+        x, lens, n_blocks, block), xs), floor))
+    return res
+
+
+def _fusable(rows: int, cols: int) -> bool:
+    """Whether ``ours`` runs the fused three-launch path here (``_triton.launch``: an unfolded
+    group-maxima grid, rows x chunks of 2,048 columns < 1,024)."""
+    from dsv4_decode.ops.topk.config import span_log2
+
+    return span_log2(rows, -(-cols // 2048)) == 0
+
+
+def _unfused(case, xs, lens, out, ws, k, floor) -> Row:
+    """``ours_4launch``: the same kernels with the threshold as its own launch (round 1's
+    four-launch pipeline), to measure what the fusion saves."""
+    from dsv4_decode.ops.topk import _triton
+
+    return Row("topk", case, "ours_4launch", _timed(lambda x: _triton.launch(
+        x.view(torch.int16), lens, out, ws, ws.cfg, k, fuse=False), xs), floor)
 
 
 def breakdown(rows: int, cols: int, valid: str, k: int) -> str:
-    """Cumulative µs after each of the four kernels (where the time goes)."""
+    """Cumulative µs after each kernel (where the time goes); on fused grids the threshold is
+    inside kernel 1, so the second number equals the first."""
     from dsv4_decode.ops.topk import _triton
 
     xs, lens, _ = _inputs(rows, cols, valid)
@@ -131,7 +152,7 @@ def main(argv=None) -> None:
         rows += bench_cell(r, c, v, k, not args.no_baselines)
     for r, c in block_cells:
         rows += bench_blocks(r, c)
-    print_table(rows, ["ours", "torch", "torch_fp32"])
+    print_table(rows, ["ours", "ours_4launch", "torch", "torch_fp32"])
     print("\nk = 512 against the GB300 goal (* = 1.2x its 524,288-column number):")
     for row in rows:
         f = dict(kv.split("=") for kv in row.case.split(","))

@@ -309,6 +309,36 @@ def test_bad_arguments(device):
 
 # ---------------------------------------------------------------- production shapes (GPU)
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [512, 2048])
+def test_gpu_graph_replay_bitwise(k):
+    """Capture once, replay 500 times alternating two input sets: bitwise identical answers."""
+    rows, cols = 8, 262144
+    gen = torch.Generator().manual_seed(11)
+    inputs = [(make_logits(kind, rows, cols, gen).cuda(),
+               make_lengths(spec, rows, cols, k, gen).cuda())
+              for kind, spec in (("random", "edges"), ("special", "full"))]
+    want = [decode_topk_ref(x, n, k) for x, n in inputs]
+    x_s, n_s = inputs[0][0].clone(), inputs[0][1].clone()
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, k, "cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        decode_topk(x_s, n_s, k, out=out, workspace=ws)  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode_topk(x_s, n_s, k, out=out, workspace=ws)
+    for i in range(500):
+        x, n = inputs[i % 2]
+        x_s.copy_(x)
+        n_s.copy_(n)
+        out.fill_(-7)
+        graph.replay()
+        assert torch.equal(out, want[i % 2]), f"replay {i}"
+
+
 GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (64, 65536), (64, 1048576), (3, 1),
               (5, 777), (4, 100003)]
 
@@ -355,31 +385,64 @@ def test_gpu_blocks(rows, cols, lens_spec):
     assert torch.equal(got, decode_topk_blocks_ref(x, lens, 2048, 8))
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("k", [512, 2048])
-def test_gpu_graph_replay_bitwise(k):
-    """Capture once, replay 500 times alternating two input sets: bitwise identical answers."""
-    rows, cols = 8, 262144
-    gen = torch.Generator().manual_seed(11)
-    inputs = [(make_logits(kind, rows, cols, gen).cuda(),
-               make_lengths(spec, rows, cols, k, gen).cuda())
-              for kind, spec in (("random", "edges"), ("special", "full"))]
-    want = [decode_topk_ref(x, n, k) for x, n in inputs]
-    x_s, n_s = inputs[0][0].clone(), inputs[0][1].clone()
-    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
-    ws = make_topk_workspace(rows, k, "cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        decode_topk(x_s, n_s, k, out=out, workspace=ws)  # compile outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        decode_topk(x_s, n_s, k, out=out, workspace=ws)
-    for i in range(500):
-        x, n = inputs[i % 2]
-        x_s.copy_(x)
-        n_s.copy_(n)
-        out.fill_(-7)
-        graph.replay()
-        assert torch.equal(out, want[i % 2]), f"replay {i}"
+# ---------------------------------------------------------------- sm_90 compile (no GPU needed)
+
+_COMPILE_SM90 = r'''
+import json, os, subprocess, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from dsv4_decode.ops.topk import _triton as K
+from dsv4_decode.ops.topk.config import TopkConfig
+
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+
+
+def build(fn, const, num_warps):
+    sig = {n: "constexpr" if n in const else "*i16" if n == "x_ptr"
+           else "*i32" if n.endswith("_ptr") else "i32" for n in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+             if n.endswith("_ptr")}
+    k = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=num_warps, num_stages=1))
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(k.asm["ptx"])
+    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                          capture_output=True, text=True).stderr
+    return [int(w) for line in info.splitlines() if "spill stores" in line
+            for w in line.split() if w.isdigit()][1]
+
+
+out = {}
+for k, block in ((512, 1), (2048, 1)):
+    c = TopkConfig.pick(k, block)
+    common = dict(BLOCK=c.block, CHUNK=c.chunk)
+    for log_r, fuse in ((0, True), (3, False)):
+        spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r)
+        warps = 8 if fuse and c.groups > 4096 else 4
+        out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}"] = build(
+            K._group_max_kernel, dict(UNROLL=min(1 << log_r, 4), FUSE=fuse, **spans, **common),
+            warps)
+    out[f"collect-k{k}-G4"] = build(K._collect_kernel, dict(CAP=c.cap, G=4, **common), 4)
+c = TopkConfig.pick(512, 1)
+out["select-k512"] = build(K._select_kernel, dict(
+    NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, BLOCK=1, CHUNK=c.chunk), 8)
+print(json.dumps(out))
+'''
+
+
+def test_compiles_for_sm90_without_spills():
+    """The default paths' kernels go through Triton's whole sm_90 pipeline (TTIR -> PTX ->
+    ptxas) without a GPU: the compiler's checks the interpreter skips (types across branches,
+    layouts, reshapes) run here. No register spills."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spills = json.loads(r.stdout.strip().splitlines()[-1])
+    assert spills == {k: 0 for k in spills}, spills
