@@ -311,9 +311,11 @@ def test_bad_arguments(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [512, 2048])
-def test_gpu_graph_replay_bitwise(k):
-    """Capture once, replay 500 times alternating two input sets: bitwise identical answers."""
-    rows, cols = 8, 262144
+@pytest.mark.parametrize("rows", [2, 8])
+def test_gpu_graph_replay_bitwise(rows, k):
+    """Capture once, replay 500 times alternating two input sets: bitwise identical answers.
+    2 rows run the fused threshold (per-row tickets re-armed every call), 8 the four launches."""
+    cols = 262144
     gen = torch.Generator().manual_seed(11)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k, gen).cuda())
