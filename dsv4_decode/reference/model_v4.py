@@ -15,9 +15,11 @@ at ``j*r``); CSA rows see only the indexer's top-k of those. Every op is per row
 
 ``qat`` (default True, the released model): window entries and compressed KV entries are
 read back through the V4 record (``v4.encode_window_record_v4``: e4m3 nope dims with a ue8m0
-scale per 64, bf16 rope dims; needs ``head_dim - qk_rope_head_dim`` a multiple of 64).
-``qat=False`` reads the bf16 values unquantised: HF transformers' V4 semantics, used for the
-cross-check. The indexer is never fake-quantised (``v4.index_query_v4``).
+scale per 64, bf16 rope dims; needs ``head_dim - qk_rope_head_dim`` a multiple of 64); the
+indexer's keys and queries go through ``v4.rotate_fp4`` (Hadamard rotation, then MXFP4/32:
+the 68-byte index-key record after the rotation; needs a power-of-two ``index_head_dim``).
+``qat=False`` reads the bf16 values unquantised and unrotated: HF transformers' V4
+semantics, used for the cross-check.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .v4 import (
     pool_csa,
     pool_hca,
     q_path_v4,
+    rotate_fp4,
 )
 
 
@@ -95,11 +98,14 @@ class ReferenceModelV4(ReferenceModel):
         if not cfg.is_v4:
             raise ValueError(f"cfg: model_type {cfg.model_type!r}; ReferenceModelV4 needs "
                              f"'deepseek_v4' (use ReferenceModel for V4.1)")
-        nope = cfg.head_dim - cfg.qk_rope_head_dim
+        nope, di = cfg.head_dim - cfg.qk_rope_head_dim, cfg.index_head_dim
         if qat and nope % V4_QAT_BLOCK:
             raise ValueError(f"qat: the V4 record quantises the {nope} nope dims in blocks of "
                              f"{V4_QAT_BLOCK}; use head_dim - qk_rope_head_dim divisible by "
                              f"{V4_QAT_BLOCK} or qat=False")
+        if qat and (di & (di - 1) or di % 32):
+            raise ValueError(f"qat: the indexer's Hadamard + MXFP4/32 needs a power-of-two "
+                             f"index_head_dim >= 32, got {di}; or qat=False")
         super().__init__(cfg, weights, device)
         self.qat = qat
 
@@ -184,7 +190,8 @@ class ReferenceModelV4(ReferenceModel):
     def _compress(self, i: int, name: str, x, pos, st: RequestStateV4):
         """Feed this call's rows to compressor ``name`` ("kv": ``attn.compressor``, "index":
         ``attn.indexer.compressor``) of layer ``i``; each completed window appends one entry
-        ``RoPE(RMSNorm(u), j*r)`` (bf16, read back through the record for "kv")."""
+        ``RoPE(RMSNorm(bf16(u)), j*r)`` (bf16; through the record for "kv", through
+        ``rotate_fp4`` for "index" when ``qat``)."""
         cfg, r = self.cfg, self.cfg.compress_ratios[i]
         pre = f"layers.{i}.attn." + ("compressor." if name == "kv" else "indexer.compressor.")
         c, z = linear(x, self._get(pre + "wkv.weight")), linear(x, self._get(pre + "wgate.weight"))
@@ -200,14 +207,16 @@ class ReferenceModelV4(ReferenceModel):
                 st.prev[key] = torch.cat((cc[:, :cw // 2], zz[:, :cw // 2]), dim=1)
             else:
                 u = pool_hca(cc, zz)
-            j = p // r
-            latent = rms_norm(u[None], self._get(pre + "norm.weight"), cfg.rms_norm_eps)
+            j = p // r  # the pooled value is rounded to bf16 before its norm (official V4)
+            latent = rms_norm(u[None].to(torch.bfloat16), self._get(pre + "norm.weight"),
+                              cfg.rms_norm_eps)
             entry = apply_rope(latent, torch.tensor([j * r], device=x.device),
                                self.freqs["compress"])
             if name == "kv":
                 st.compressed[i] = torch.cat((st.compressed[i], self._kv_read(entry)))
             else:
-                st.index_keys[i] = torch.cat((st.index_keys[i], entry.float()))
+                key = rotate_fp4(entry) if self.qat else entry.float()
+                st.index_keys[i] = torch.cat((st.index_keys[i], key))
 
     def _index_v4(self, i: int, qr, x, pos, st: RequestStateV4) -> list[torch.Tensor]:
         """CSA layer ``i``: per row the top ``index_topk`` of its visible index keys
@@ -215,7 +224,7 @@ class ReferenceModelV4(ReferenceModel):
         cfg, pre = self.cfg, f"layers.{i}.attn.indexer."
         q, w = index_query_v4(qr, x, self._get(pre + "wq_b.weight"),
                               self._get(pre + "weights_proj.weight"), pos, self.freqs["compress"],
-                              cfg.index_n_heads)
+                              cfg.index_n_heads, self.qat)
         keys = st.index_keys[i]
         return [topk_indices(index_scores(q[r], w[r], keys[:(p + 1) // 4]), cfg.index_topk)
                 for r, p in enumerate(pos.tolist())]

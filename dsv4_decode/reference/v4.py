@@ -6,10 +6,16 @@ V4.1 modules (``norm_rope``, ``attention``, ``indexer``, ``mhc``, ``moe``).
   (HCA: softmax over the window's ``r`` slots; CSA: over ``2r`` slots, the previous window's
   ``Ca`` series and this window's ``Cb`` series), gate logits already carrying the learned
   position bias ``ape``;
-- ``index_query_v4``: V4.1's index query without the MXFP4 fake-quant (module note below);
+- ``index_query_v4``: V4.1's index query, QAT through ``rotate_fp4`` (Hadamard rotation, then
+  MXFP4/32) instead of plain MXFP4/32;
 - ``hash_route``: experts from ``tid2eid[token]``, weights from the router's scores;
 - ``hc_head_pre``: the learned final collapse weights (``hc_head``);
 - the V4 window record: e4m3 nope dims with one ue8m0 scale per 64, bf16 rope dims.
+
+Sources for the QAT points (HF's V4 has none, see docs/reference-notes.md): spec §12 (vLLM's
+584-byte record) and third-party ports of the official V4 reference that quote it
+(``act_quant(kv[..., :-rd], 64)`` on window and compressed KV; ``rotate_activation`` then
+``fp4_act_quant(x, 32)`` on the indexer's keys and queries).
 
 Shapes: ``T`` rows, ``r`` compress ratio, ``w`` latent width (``d`` for the KV compressor,
 ``di`` for the indexer's), ``N`` residual streams. fp32 math, bf16 activations as in V4.1.
@@ -58,17 +64,36 @@ def pool_csa(c: torch.Tensor, z: torch.Tensor, prev: torch.Tensor | None) -> tor
     return (torch.softmax(gates, dim=0) * vals).sum(dim=0)
 
 
-def index_query_v4(qr, x, wq_b, weights_proj, pos, freqs, n_heads: int):
+def index_query_v4(qr, x, wq_b, weights_proj, pos, freqs, n_heads: int, qat: bool):
     """V4 indexer query: ``qI [T, Hi, di]`` fp32 = RoPE(bf16(wq_b qr), pos) per head (no
-    per-head norm), ``w [T, Hi]`` fp32 = bf16(weights_proj x) * Hi^-1/2 * di^-1/2.
-
-    No QAT: HF's V4 has none and the released reference's indexer quantisation (a Hadamard
-    rotation then FP4) is unconfirmed here (docs/reference-notes.md)."""
+    per-head norm), through ``rotate_fp4`` when ``qat``; ``w [T, Hi]`` fp32 =
+    bf16(weights_proj x) * Hi^-1/2 * di^-1/2. (The keys get the same rotation, so without
+    quantisation the scores equal the unrotated ones.)"""
     t = x.shape[0]
     q = linear(qr, wq_b).to(torch.bfloat16).reshape(t, n_heads, -1)
-    q = apply_rope(q, pos, freqs).float()
+    q = apply_rope(q, pos, freqs)
+    q = rotate_fp4(q) if qat else q.float()
     w = linear(x, weights_proj).to(torch.bfloat16).float()
     return q, w * (n_heads ** -0.5) * (q.shape[-1] ** -0.5)
+
+
+def hadamard(x: torch.Tensor) -> torch.Tensor:
+    """``x [..., n]`` (n a power of two) -> fp32 ``x @ H_n / sqrt(n)``, ``H_n`` the Sylvester
+    Hadamard matrix (``H[i, j] = (-1)^popcount(i & j)``, symmetric, orthogonal once scaled):
+    the official ``rotate_activation``."""
+    n = x.shape[-1]
+    if n & (n - 1):
+        raise ValueError(f"x: Hadamard rotation needs a power-of-two last dim, got {n}")
+    h = torch.ones(1, 1, device=x.device)
+    while h.shape[0] < n:
+        h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)))
+    return (x.float() @ h) * n ** -0.5
+
+
+def rotate_fp4(x: torch.Tensor) -> torch.Tensor:
+    """Indexer QAT of V4: bf16 ``x [..., di]`` -> Hadamard rotation (rounded to bf16, as the
+    reference rotates bf16 activations) -> MXFP4/32 fake-quant (spec §3.4) -> fp32."""
+    return formats.fake_quant_mxfp4_32(hadamard(x).to(torch.bfloat16)).float()
 
 
 def hash_route(x: torch.Tensor, gate_w: torch.Tensor, experts: torch.Tensor,

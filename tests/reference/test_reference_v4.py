@@ -10,13 +10,16 @@ import math
 import pytest
 import torch
 
+from dsv4_decode import formats
 from dsv4_decode.config import ModelConfig
 from dsv4_decode.reference import ReferenceModel, ReferenceModelV4
 from dsv4_decode.reference.v4 import (
     decode_window_record_v4,
     encode_window_record_v4,
+    hadamard,
     pool_csa,
     pool_hca,
+    rotate_fp4,
 )
 from dsv4_decode.weights import random_weights
 
@@ -46,6 +49,8 @@ def test_v4_decode_equals_prefill_with_qat():
     rd = cfg.qk_rope_head_dim
     for t in (st.window[0], st.compressed[1], st.compressed[2]):
         assert torch.equal(decode_window_record_v4(encode_window_record_v4(t, rd), rd), t)
+    keys = st.index_keys[3]  # rotated, then on the MXFP4/32 grid
+    assert torch.equal(formats.fake_quant_mxfp4_32(keys), keys)
 
 
 def test_window_record_v4_layout():
@@ -68,6 +73,22 @@ def test_window_record_v4_layout():
     assert torch.equal(back[:, 448:], kv[:, 448:].float())
     assert ((back[:, :448] - kv[:, :448].float()).abs() <= kv[:, :448].float().abs() / 16 +
             1e-30).all()
+
+
+def test_hadamard_rotation():
+    """Sylvester order (the butterfly of the official fast transform), orthonormal, so the
+    indexer's q.k is unchanged by rotating both sides; rotate_fp4 = MXFP4 of the rotation."""
+    x = torch.randn(5, 32, generator=G)
+    h = hadamard(torch.eye(32))
+    signs = torch.tensor([[(-1.0) ** bin(i & j).count("1") for j in range(32)]
+                          for i in range(32)])
+    torch.testing.assert_close(h, signs / math.sqrt(32))
+    torch.testing.assert_close(hadamard(x) @ hadamard(x).t(), x @ x.t(), rtol=1e-5, atol=1e-5)
+    xb = x.bfloat16()
+    assert torch.equal(rotate_fp4(xb),
+                       formats.fake_quant_mxfp4_32(hadamard(xb).bfloat16()).float())
+    with pytest.raises(ValueError, match="power-of-two"):
+        hadamard(torch.zeros(3, 24))
 
 
 def test_pooling_matches_a_per_channel_loop():
