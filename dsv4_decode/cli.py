@@ -62,7 +62,7 @@ def cmd_generate(args) -> int:
     import torch
 
     from dsv4_decode import weights
-    from dsv4_decode.reference import ReferenceModel
+    from dsv4_decode.reference import ReferenceModel, ReferenceModelV4
 
     device = _pick_device(args.device)
     tokenizer = None
@@ -87,7 +87,7 @@ def cmd_generate(args) -> int:
         raise SystemExit(f"--max-new-tokens: prompt + new tokens exceed max_position_embeddings "
                          f"{cfg.max_position_embeddings}")
 
-    model = ReferenceModel(cfg, params, device=device)
+    model = (ReferenceModelV4 if cfg.is_v4 else ReferenceModel)(cfg, params, device=device)
     state = model.new_request()
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     with torch.inference_mode():

@@ -571,11 +571,12 @@ def _v4_flash() -> ModelConfig:
 def _tiny_v4() -> ModelConfig:
     """The HF cross-check model: 4 layers [0, 4, 128, 4] (SWA, CSA, HCA, CSA), the first two
     hash-routed, window 16, index_topk 8 over 8 heads, 8 experts top-2, FP8 weights in
-    128x128 blocks and MXFP4 experts as released, tiny widths (D 64, 4 heads x 32 with 8 rope
-    dims). Prompts over 128 tokens make HCA emit, over 35 make the indexer's top-k cut."""
+    128x128 blocks and MXFP4 experts as released, tiny widths (D 64, 4 heads x 72 = 64 nope
+    dims, one V4-record scale block, + 8 rope dims). Prompts over 128 tokens make HCA emit,
+    over 35 make the indexer's top-k cut."""
     return _from_hf_v4({
         "vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "head_dim": 32, "qk_rope_head_dim": 8, "q_lora_rank": 32, "o_groups": 2,
+        "head_dim": 72, "qk_rope_head_dim": 8, "q_lora_rank": 32, "o_groups": 2,
         "o_lora_rank": 16, "compress_ratios": [0, 4, 128, 4], "n_routed_experts": 8,
         "num_experts_per_tok": 2, "moe_intermediate_size": 64, "max_position_embeddings": 512,
         "sliding_window": 16, "hc_mult": 4, "hc_sinkhorn_iters": 20, "index_n_heads": 8,

@@ -54,7 +54,12 @@ class ReferenceModel:
     fake-quant (for the record tests); ``None`` (default) records nothing.
     """
 
+    _v4 = False  # ReferenceModelV4 (model_v4.py) serves model_type deepseek_v4
+
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device="cpu"):
+        if cfg.is_v4 != self._v4:
+            raise ValueError(f"cfg: model_type {cfg.model_type!r} needs "
+                             f"{'ReferenceModelV4' if cfg.is_v4 else 'ReferenceModel'}")
         self.cfg = cfg
         self.device = torch.device(device)
         self.w = self._load(weights)

@@ -93,6 +93,8 @@ class ReferenceModelV4(ReferenceModel):
     as ``ReferenceModel``: ``new_request()``, ``prefill(tokens [L], state)`` -> fp32
     ``[L, vocab]``, ``decode(tokens [B, q_len], states)`` -> fp32 ``[B, q_len, vocab]``."""
 
+    _v4 = True
+
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device="cpu",
                  qat: bool = True):
         if not cfg.is_v4:

@@ -26,13 +26,8 @@ from dsv4_decode.weights import random_weights
 G = torch.Generator().manual_seed(7)
 
 
-def qat_cfg() -> ModelConfig:
-    """tiny-v4 with head_dim 72 = 64 nope dims (one V4 record scale block) + 8 rope dims."""
-    return ModelConfig.preset("tiny-v4").replace(head_dim=72, sliding_window=8)
-
-
 def test_v4_decode_equals_prefill_with_qat():
-    cfg = qat_cfg()
+    cfg = ModelConfig.preset("tiny-v4").replace(sliding_window=8)
     model = ReferenceModelV4(cfg, random_weights(cfg, seed=3))
     tokens = torch.randint(0, cfg.vocab_size, (262,), generator=G)
     full = model.prefill(tokens, model.new_request())
@@ -112,7 +107,7 @@ def test_v4_model_argument_errors():
     v41 = ModelConfig.preset("tiny-v41")
     with pytest.raises(ValueError, match="model_type"):
         ReferenceModelV4(v41, {})
-    cfg = ModelConfig.preset("tiny-v4")  # 24 nope dims: no 64-wide record blocks
+    cfg = ModelConfig.preset("tiny-v4").replace(head_dim=32)  # 24 nope dims: no 64-blocks
     w = random_weights(cfg, seed=0)
     with pytest.raises(ValueError, match="qat"):
         ReferenceModelV4(cfg, w)
@@ -120,6 +115,8 @@ def test_v4_model_argument_errors():
     with pytest.raises(ValueError, match="token_ids"):
         model.prefill(torch.tensor([cfg.vocab_size]), model.new_request())
     assert isinstance(model, ReferenceModel)
+    with pytest.raises(ValueError, match="ReferenceModelV4"):
+        ReferenceModel(cfg, w)
 
 
 @pytest.mark.gpu

@@ -150,7 +150,7 @@ P90_TOL = 0.1
 MAX_TOL = 1.5  # a flipped discrete choice (indexer top-k of near-tied scores, router)
 ARGMAX_MIN = 0.95
 PREFILL, DECODE_QLENS = 250, (1, 1, 6)  # decode 250..257: CSA emits at 251/255, HCA at 255
-GREEDY_PROMPT_SEED = 31  # 150-token prompt; smallest HF top-2 margin over the 16 steps: 0.096
+GREEDY_PROMPT_SEED = 66  # 150-token prompt; smallest HF top-2 margin over the 16 steps: 0.091
 
 
 def check_logits(ours: torch.Tensor, ref: torch.Tensor, first_pos: int, cut_pos: int):
