@@ -71,6 +71,7 @@ class RequestStateV4:
 
     @staticmethod
     def new(cfg: ModelConfig, device="cpu") -> RequestStateV4:
+        """An empty request (position 0): zeroed window rings, no entries, no open rows."""
         d, di = cfg.head_dim, cfg.index_head_dim
         n = cfg.num_hidden_layers
         window = {i: torch.zeros(cfg.sliding_window, d, device=device) for i in range(n)}
@@ -149,12 +150,16 @@ class ReferenceModelV4(ReferenceModel):
                                   self._get(p + f"hc_{site}_base"),
                                   self._get(p + f"hc_{site}_scale"), it, hc_eps, eps)
             x = rms_norm(hc_collapse(s, pre), self._get(p + f"{norm}.weight"), eps)
-            y = self._attention_v4(i, x, pos, st) if site == "attn" else self._moe_v4(i, x,
-                                                                                        tokens)
+            if site == "attn":
+                y = self._attention_v4(i, x, pos, st)
+            else:
+                y = self._moe_v4(i, x, tokens)
             s = hc_expand(s, y, post, c)
         return s
 
     def _attention_v4(self, i: int, x, pos, st: RequestStateV4) -> torch.Tensor:
+        """Attention of layer ``i`` for one request's rows ``x [T, D]`` -> ``[T, D]`` bf16:
+        window keys, plus (CSA) the indexer's top-k or (HCA) every visible compressed entry."""
         cfg, plan, pre = self.cfg, self.cfg.layers[i], f"layers.{i}.attn."
         eps, win = cfg.rms_norm_eps, cfg.sliding_window
         freqs = self.freqs[plan.rope]
