@@ -122,7 +122,9 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
     case = case_key(rows=rows, tp=tp, experts=layer.n_exp, topk=top_k)
     rows_out = []
     # the default (pick_config), round 1's plan and, where ours splits W1|W3 along K, no split
-    variants = [("ours", pick_config(rows, top_k, True, layer.inter)), ("ours-r1", ROUND1)]
+    variants = [("ours", pick_config(rows, top_k, True, layer.inter))]
+    if variants[0][1] != ROUND1:
+        variants.append(("ours-r1", ROUND1))
     if variants[0][1].up_split > 1:
         variants.append(("ours-nosplit", NOSPLIT))
     for impl, cfg in variants:

@@ -260,10 +260,12 @@ def test_pick_config_split():
     got = {(rows, inter, k): pick_config(rows, k, True, inter).up_split
            for rows, inter, k in ((1, 576, 6), (6, 576, 6), (12, 576, 6), (48, 576, 6),
                                   (192, 576, 6), (1, 2304, 6), (6, 2304, 6), (1, 576, 3))}
-    assert got == {(1, 576, 6): 8, (6, 576, 6): 8, (12, 576, 6): 4, (48, 576, 6): 1,
+    assert got == {(1, 576, 6): 8, (6, 576, 6): 8, (12, 576, 6): 1, (48, 576, 6): 1,
                    (192, 576, 6): 1, (1, 2304, 6): 8, (6, 2304, 6): 1, (1, 576, 3): 8}
+    from dsv4_decode.ops.moe.config import ROUND1
+    assert pick_config(12, 6, True, 576) == ROUND1  # measured best without the split
     assert pick_config(1, 6, False).up_split == 1
-    assert pick_config(1, 6, True, 64, hidden=512).up_split == 4  # 512 % 1024: not 8
+    assert pick_config(1, 6, True, 64, hidden=512) == ROUND1  # 512 % 1024: no split of 8
     assert pick_config(1, 6, True, 64, hidden=128).up_split == 1  # small D: whole K steps
 
 
@@ -313,7 +315,7 @@ def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
     torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
     check_record(r)
-    # default (pick_config: W1|W3 split K 8/4/2/1 at 1/6/12/48+ rows) and split 4 everywhere
+    # default (pick_config: W1|W3 split K 8 at 1-6 rows, else ROUND1) and split 4 everywhere
     cfg = None if tiles == "default" else MoEConfig(up_split=4, up_stages=3)
     y = run_experts(x, r, experts, config=cfg, prepared=gpu_prepared)
     check_close(y, ref_experts(x, r, experts))

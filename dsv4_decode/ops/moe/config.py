@@ -43,7 +43,7 @@ class MoEConfig:
             raise ValueError(f"MoEConfig.up_maxnreg: got {self.up_maxnreg}, needs 0 or 64..255")
 
 
-# Round 1's measured launch plan (H200 table in docs/kernels/moe.md), kept for comparison.
+# Round 1's launch plan: the measured best from 12 rows up (docs/kernels/moe.md).
 ROUND1 = MoEConfig(up_k=256, down_k=256, num_stages=3, up_stages=3, up_maxnreg=0)
 
 # 132 SMs x 8 resident W1|W3 CTAs x 4 waves: enough CTAs that the last wave's tail is short
@@ -62,15 +62,18 @@ def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
     per SM need them to cover the HBM latency): I = 576, 96 registers, 18.5 KB -> 10 CTAs per
     SM; I = 2304 with 128-steps 37 KB -> 6 (round 1: 49 KB, 4).
     W1|W3 split K: 8 if ``8 x`` the W1|W3 grid (about ``rows*top_k + rows/16`` tiles x
-    ``inter/32``) stays within ``2 x _TARGET_UP_CTAS``, else 4 likewise, else 1 (split 2 spills
-    at the 128-register cap): 8 at 1-6 rows, 4 at 12, 1 from 48 rows (TP=4). Split configs
+    ``inter/32``) stays within ``2 x _TARGET_UP_CTAS`` (1-6 rows at TP=4). Split configs
     use 3 stages (4 would spill); a split needs ``hidden % (128 * split) == 0`` (whole K
     steps of 128 per chunk). Under the interpreter, larger tiles keep the CPU tests fast
-    (split 1; the tests force other splits)."""
+    (split 1; the tests force other splits).
+    Measured on the H200 (run of bec0572, docs/kernels/moe.md): split 8 wins wherever it fits
+    (1 and 6 rows at TP=4, 1 row at TP=1, draft 1 and 6 rows: 45.6 against 75.5 µs at 1 row
+    TP=4); everywhere else ``ROUND1`` (K steps of 256, compiler's registers) beat both the
+    split-4 and the unsplit 128-step configs by 5-12 % (12 rows TP=4: 147.6 against 155.2 µs;
+    48 rows: 347.9 against 400.6), so it is the default there."""
     if not on_gpu:
         return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4, up_maxnreg=0)
     ctas = (rows * top_k + -(-rows // 16)) * -(-inter // 32)
-    for split in (8, 4):
-        if split * ctas <= 2 * _TARGET_UP_CTAS and hidden % (128 * split) == 0:
-            return MoEConfig(up_split=split, up_stages=3)
-    return MoEConfig()
+    if 8 * ctas <= 2 * _TARGET_UP_CTAS and hidden % (128 * 8) == 0:
+        return MoEConfig(up_split=8, up_stages=3)
+    return ROUND1
