@@ -76,6 +76,7 @@ def cache_bytes_per_request(cfg: ModelConfig, context: int) -> int:
 
 
 def step_bytes(cfg: ModelConfig, tp: int, rows: int, context: int) -> StepBytes:
+    """Bytes of one step per rank; caches are modelled for V4.1's records only (0 for V4)."""
     from dsv4_decode.weights import param_bytes
 
     by = param_bytes(cfg, tp)
@@ -91,7 +92,7 @@ def step_bytes(cfg: ModelConfig, tp: int, rows: int, context: int) -> StepBytes:
         shapes.engram_columns * row_bytes)
     return StepBytes(rows, requests, q_len, static, expected, expected * per_expert * n_layers,
                      int(min(k * rows, n_exp) * per_expert * n_layers), gathers,
-                     requests * cache_bytes_per_request(cfg, context))
+                     0 if cfg.is_v4 else requests * cache_bytes_per_request(cfg, context))
 
 
 def format_param_table(cfg: ModelConfig, tp: int) -> str:
@@ -110,6 +111,8 @@ def format_step_floor(cfg: ModelConfig, tp: int, rows_list: list[int], context: 
     lines = [f"HBM byte floor of one decode step per rank (tp={tp}, context {context:,} tokens "
              f"per request, {HBM_TBPS} TB/s; engram tables excluded, their gathered rows "
              f"included):",
+             *(["  (V4: cache bytes are not modelled, only weights and gathers)"]
+               if cfg.is_v4 else []),
              f"  {'rows':>5s} {'req x q':>8s} {'static MB':>10s} {'E(T)':>7s} {'routed MB':>10s}"
              f" {'(upper)':>9s} {'caches MB':>10s} {'total MB':>10s} {'floor us':>9s}"]
     for rows in rows_list:

@@ -12,6 +12,7 @@ mapped once in ``canonical_name`` / ``_STORAGE``:
 - ue8m0 scales may be stored as ``U8``, ``F8_E8M0`` (same bits) or ``F32`` powers of two;
 - packed FP4 experts may be stored as ``U8``, ``I8`` (same bits) or ``F4`` (``[out, in]`` e2m1
   elements, two per byte);
+- V4's ``gate.tid2eid`` may be stored as ``I32`` or ``I64`` (expert ids; kept int32);
 - ``mtp.*`` (DSpark draft layers) is skipped (out of scope, ``IGNORED_PREFIXES``).
 
 Everything else is checked against the table before any data is read: a missing tensor, an
@@ -41,7 +42,8 @@ _ALIASES = ((".weight_scale_inv", ".scale"),)  # released spelling -> contract s
 # accepted safetensors dtypes per storage format (first = what save_checkpoint writes)
 _STORAGE = {"bf16": ("BF16",), "fp32": ("F32",), "fp8": ("F8_E4M3",), "rows8": ("F8_E4M3",),
             "fp8_scale": ("U8", "F8_E8M0", "F32"), "fp4_scale": ("U8", "F8_E8M0", "F32"),
-            "rows8_scale": ("U8", "F8_E8M0", "F32"), "fp4": ("U8", "I8", "F4")}
+            "rows8_scale": ("U8", "F8_E8M0", "F32"), "fp4": ("U8", "I8", "F4"),
+            "i32": ("I32", "I64")}
 
 
 def canonical_name(name: str) -> str:
@@ -223,6 +225,8 @@ def _read(f, sl, stored: str, file: str, p: Param, cfg: ModelConfig, tp: int,
         t = sl[:]
     if t.dtype == torch.float32 and p.is_scale:
         return _pow2_to_ue8m0(t, stored, file)
+    if t.dtype == torch.int64 and p.dtype == torch.int32:  # V4 tid2eid: expert ids, exact
+        t = t.to(torch.int32)
     if t.dtype != p.dtype:
         t = t.view(p.dtype)  # I8 packed FP4, F8_E8M0 scales: same bits
     if tuple(t.shape) != local_shape(p, cfg, tp, rank):

@@ -241,3 +241,23 @@ def test_expert_stacks_are_zero_copy(ckpt):
     assert s.dtype == torch.bfloat16 and s.shape == (4, 64, 64)
     with pytest.raises(ValueError, match="missing"):
         expert_stack(deq, cfg, 0, "w2", "scale")
+
+
+def test_v4_layout_round_trip(tmp_path):
+    """The V4 layout (128x128 FP8 blocks, MXFP4 experts, hash-routing ``tid2eid``, CSA/HCA
+    compressors, the learned ``hc_head``): sharded save + load is bit-identical, including a
+    ``tid2eid`` stored as I64 (converted exactly to the contract's int32)."""
+    cfg = ModelConfig.preset("tiny-v4")
+    w = random_weights(cfg, seed=11)
+    assert any(n.endswith("gate.tid2eid") for n in w) and any(n.startswith("hc_head") for n in w)
+    d = save_checkpoint(tmp_path / "v4", cfg, w, shards=3)
+    cfg2, got = load(d, progress=False)
+    assert cfg2 == cfg
+    assert_same_weights(got, w)
+
+    def widen(tensors):
+        return {k: v.long() if k.endswith("tid2eid") else v for k, v in tensors.items()}
+
+    _rewrite(d, tmp_path / "v4_i64", widen)
+    _, got64 = load(tmp_path / "v4_i64", progress=False)
+    assert_same_weights(got64, w)
