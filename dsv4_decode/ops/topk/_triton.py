@@ -368,18 +368,20 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_
 def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
     """Run the kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
 
-    ``fuse`` (default): on grids of < 1,024 group-maxima programs (unfolded, R = 1: the
-    latency-bound cells) the threshold runs in the last group-maxima program of each row, three
-    launches; elsewhere, or with ``fuse=False`` (round 1's path, kept for the benchmark's
-    comparison), a separate threshold launch: the fused code's registers (~80-150 a thread)
-    would cut the CTAs per SM of the bandwidth-bound pass. ``stages < 4`` stops after kernel
-    1 (group maxima, + threshold when fused), 2 (threshold) or 3 (collect): the benchmark's
-    per-kernel breakdown.
+    ``fuse`` (default): for k <= 512 on grids of < 1,024 group-maxima programs (unfolded,
+    R = 1: the latency-bound cells) the threshold runs in the last group-maxima program of
+    each row, three launches; elsewhere, or with ``fuse=False`` (round 1's path, kept for the
+    benchmark's comparison), a separate threshold launch: the fused code's registers
+    (~80-150 a thread) would cut the CTAs per SM of the bandwidth-bound pass. ``stages < 4``
+    stops after kernel 1 (group maxima, + threshold when fused), 2 (threshold) or 3
+    (collect): the benchmark's per-kernel breakdown.
     """
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.chunk)
     log_r = span_log2(rows, n_chunks)
-    fuse = fuse and log_r == 0
+    # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
+    # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
+    fuse = fuse and log_r == 0 and k <= 512
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     # fused with the 8,192-slot threshold tile (k > 512): 8 warps keep it at ~80 registers
