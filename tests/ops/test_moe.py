@@ -403,10 +403,8 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
 # --------------------------------------------------------------------------- sm90 compile
 
 _COMPILE_SM90 = r'''
-import json, os, subprocess, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json
+from dsv4_decode.utils.sm90 import spill_stores
 from dsv4_decode.ops.moe import _triton as K
 from dsv4_decode.ops.moe import api, pick_config
 from dsv4_decode.ops.moe.config import ROUND1
@@ -415,24 +413,11 @@ PTR = dict(x_ptr="*bf16", entries_ptr="*i32", ids_ptr="*i32", w13_ptr="*i32", s1
            sw13_ptr="*fp8e4nv", ss13_ptr="*u8", h_ptr="*bf16", gu_ptr="*fp32", w2_ptr="*i32",
            s2_ptr="*u8", sw2_ptr="*fp8e4nv", ss2_ptr="*u8", part_ptr="*fp32", wts_ptr="*fp32",
            out_ptr="*bf16", w_ptr="*bf16", bias_ptr="*fp32", valid_ptr="*i32", shift_ptr="*i32")
-ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
 
 
 def build(fn, const, num_warps, num_stages=3, maxnreg=0):
-    sig = {n: PTR.get(n, "constexpr" if n in const else "fp32" if n == "route_scale" else "i32")
-           for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in PTR}
-    opts = dict(num_warps=num_warps, num_stages=num_stages)
-    if maxnreg:
-        opts["maxnreg"] = maxnreg
-    k = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                       options=opts)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(k.asm["ptx"])
-    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                          capture_output=True, text=True).stderr
-    return [int(w) for line in info.splitlines() if "spill stores" in line
-            for w in line.split() if w.isdigit()][1]
+    return spill_stores(fn, const, num_warps, PTR, scalar_types={"route_scale": "fp32"},
+                        num_stages=num_stages, maxnreg=maxnreg)
 
 
 out = {}
@@ -471,14 +456,7 @@ def test_compiles_for_sm90_without_spills():
     """Every kernel at its production configs goes through Triton's whole sm_90 pipeline
     (TTIR -> PTX -> ptxas) without a GPU: the compiler's own checks, which the interpreter
     skips, run here. No register spills (the W1|W3 register cap must not spill)."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from dsv4_decode.utils.sm90 import run_compile_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True,
-                       env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    spills = json.loads(r.stdout.strip().splitlines()[-1])
+    spills = run_compile_script(_COMPILE_SM90)
     assert spills == {k: 0 for k in spills}, spills

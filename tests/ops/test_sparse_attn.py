@@ -334,10 +334,8 @@ def test_gpu_records_are_exact_bf16():
 # ----------------------------------------------------------------------------- sm90 compile
 
 _COMPILE_SM90 = r'''
-import json, os, subprocess, sys, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json
+from dsv4_decode.utils.sm90 import spill_stores
 from dsv4_decode.ops.sparse_attn import _triton as K
 from dsv4_decode.ops.sparse_attn import pick_config
 
@@ -345,21 +343,10 @@ PTR = dict(q_ptr="*bf16", win_ptr="*u8", pos_ptr="*i32", slot_ptr="*i32", cos_pt
            sin_ptr="*fp32", sink_ptr="*fp32", comp_ptr="*u8", bt_ptr="*i32", idx_ptr="*i32",
            out_ptr="*bf16", ws_acc_ptr="*fp32", ws_m_ptr="*fp32", ws_l_ptr="*fp32",
            cnt_ptr="*i32")
-ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
 
 
 def build(fn, const, num_warps):
-    sig = {n: PTR.get(n, "constexpr" if n in const else "fp32" if n == "qk_scale" else "i32")
-           for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if n in PTR}
-    k = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=num_warps, num_stages=1))
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(k.asm["ptx"])
-    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                          capture_output=True, text=True).stderr
-    return [int(w) for line in info.splitlines() if "spill stores" in line
-            for w in line.split() if w.isdigit()][1]
+    return spill_stores(fn, const, num_warps, PTR, scalar_types={"qk_scale": "fp32"})
 
 
 out = {}
@@ -382,14 +369,7 @@ def test_compiles_for_sm90_without_spills():
     """The production configs go through Triton's whole sm_90 pipeline (TTIR -> PTX -> ptxas)
     without a GPU; the compiler's own checks (types across branches, layouts, dot shapes) run
     here, which the interpreter skips. No register spills at the default configs."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from dsv4_decode.utils.sm90 import run_compile_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True,
-                       env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    spills = json.loads(r.stdout.strip().splitlines()[-1])
+    spills = run_compile_script(_COMPILE_SM90)
     assert spills == {k: 0 for k in spills}, spills

@@ -416,29 +416,15 @@ def test_gpu_blocks(rows, cols, lens_spec):
 # ---------------------------------------------------------------- sm_90 compile (no GPU needed)
 
 _COMPILE_SM90 = r'''
-import json, os, subprocess, tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json
+from dsv4_decode.utils.sm90 import spill_stores
 from dsv4_decode.ops.topk import _triton as K
 from dsv4_decode.ops.topk.config import TopkConfig
 
-ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
 
 
 def build(fn, const, num_warps):
-    sig = {n: "constexpr" if n in const else "*i16" if n == "x_ptr"
-           else "*i32" if n.endswith("_ptr") else "i32" for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if n.endswith("_ptr")}
-    k = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=num_warps, num_stages=1))
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(k.asm["ptx"])
-    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
-                          capture_output=True, text=True).stderr
-    return [int(w) for line in info.splitlines() if "spill stores" in line
-            for w in line.split() if w.isdigit()][1]
+    return spill_stores(fn, const, num_warps, {"x_ptr": "*i16"}, default_ptr="*i32")
 
 
 out = {}
@@ -463,14 +449,7 @@ def test_compiles_for_sm90_without_spills():
     """The default paths' kernels go through Triton's whole sm_90 pipeline (TTIR -> PTX ->
     ptxas) without a GPU: the compiler's checks the interpreter skips (types across branches,
     layouts, reshapes) run here. No register spills."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from dsv4_decode.utils.sm90 import run_compile_script
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True,
-                       env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    spills = json.loads(r.stdout.strip().splitlines()[-1])
+    spills = run_compile_script(_COMPILE_SM90)
     assert spills == {k: 0 for k in spills}, spills
