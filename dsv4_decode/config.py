@@ -270,30 +270,8 @@ class ModelConfig:
         if self.num_hash_layers:
             raise ValueError(f"num_hash_layers: V4.1 has no hash-routed layers, got "
                              f"{self.num_hash_layers}")
-        n, nd = self.num_hidden_layers, self.num_nextn_predict_layers
-        if n <= 0:
-            raise ValueError(f"num_hidden_layers: must be positive, got {n}")
-        if len(self.compress_ratios) != n + nd:
-            raise ValueError(
-                f"compress_ratios: {len(self.compress_ratios)} entries, but num_hidden_layers + "
-                f"num_nextn_predict_layers = {n + nd}")
-        if any(r not in (0, 1, 2) for r in self.compress_ratios):
-            raise ValueError(f"compress_ratios: V4.1 layers have ratio 0, 1 or 2, got "
-                             f"{sorted(set(self.compress_ratios))}")
-        if any(r != 0 for r in self.compress_ratios[n:]):
-            raise ValueError("compress_ratios: DSpark draft layers must have ratio 0")
-        if self.qk_rope_head_dim % 2 or self.qk_rope_head_dim > self.head_dim:
-            raise ValueError(f"qk_rope_head_dim: {self.qk_rope_head_dim} must be even and at most "
-                             f"head_dim {self.head_dim}")
-        if self.qk_rope_head_dim > self.index_head_dim:
-            raise ValueError(f"index_head_dim: {self.index_head_dim} is smaller than the rope "
-                             f"slice {self.qk_rope_head_dim}")
-        if self.num_attention_heads % self.o_groups:
-            raise ValueError(f"o_groups: {self.o_groups} does not divide num_attention_heads "
-                             f"{self.num_attention_heads}")
-        if self.num_key_value_heads != 1:
-            raise ValueError(f"num_key_value_heads: V4.1 has one shared latent, got "
-                             f"{self.num_key_value_heads}")
+        n = self.num_hidden_layers
+        self._validate_shared("V4.1", (0, 1, 2))
         back = self.compress_ratios[:n]
         kv, idx = list(self.kv_source_layer_ids), list(self.index_source_layer_ids)
         if kv != sorted(set(kv)) or idx != sorted(set(idx)):
@@ -326,9 +304,37 @@ class ModelConfig:
             raise ValueError("engram_num_embeddings: one entry per engram_layer_ids entry")
         if any(not 0 <= i < n for i in self.engram_layer_ids):
             raise ValueError(f"engram_layer_ids: {list(self.engram_layer_ids)} out of range")
-        if nd and any(not 0 <= i < n for i in self.dspark_target_layer_ids):
+        if self.num_nextn_predict_layers and any(
+                not 0 <= i < n for i in self.dspark_target_layer_ids):
             raise ValueError(f"dspark_target_layer_ids: {list(self.dspark_target_layer_ids)} out "
                              f"of range")
+
+    def _validate_shared(self, name: str, ratios: tuple[int, ...]):
+        """Checks V4.1 and V4 share: lengths, allowed ratios, heads, experts, alignment."""
+        n, nd = self.num_hidden_layers, self.num_nextn_predict_layers
+        if n <= 0:
+            raise ValueError(f"num_hidden_layers: must be positive, got {n}")
+        if len(self.compress_ratios) != n + nd:
+            raise ValueError(
+                f"compress_ratios: {len(self.compress_ratios)} entries, but num_hidden_layers + "
+                f"num_nextn_predict_layers = {n + nd}")
+        if any(r not in ratios for r in self.compress_ratios):
+            raise ValueError(f"compress_ratios: {name} layers have ratios {list(ratios)}, got "
+                             f"{sorted(set(self.compress_ratios))}")
+        if any(r != 0 for r in self.compress_ratios[n:]):
+            raise ValueError("compress_ratios: draft (MTP / DSpark) layers must have ratio 0")
+        if self.qk_rope_head_dim % 2 or self.qk_rope_head_dim > self.head_dim:
+            raise ValueError(f"qk_rope_head_dim: {self.qk_rope_head_dim} must be even and at most "
+                             f"head_dim {self.head_dim}")
+        if self.qk_rope_head_dim > self.index_head_dim:
+            raise ValueError(f"index_head_dim: {self.index_head_dim} is smaller than the rope "
+                             f"slice {self.qk_rope_head_dim}")
+        if self.num_attention_heads % self.o_groups:
+            raise ValueError(f"o_groups: {self.o_groups} does not divide num_attention_heads "
+                             f"{self.num_attention_heads}")
+        if self.num_key_value_heads != 1:
+            raise ValueError(f"num_key_value_heads: {name} has one shared latent, got "
+                             f"{self.num_key_value_heads}")
         if self.num_experts_per_tok > self.n_routed_experts:
             raise ValueError("num_experts_per_tok: more than n_routed_experts")
         if self.scoring_func != "sqrtsoftplus":
@@ -340,18 +346,8 @@ class ModelConfig:
     def _validate_v4(self):
         """V4 (spec §12): ratios 0 / 4 / 128, every compressed layer its own KV source, every
         CSA layer its own index source, no candidate blocks, no engram."""
-        n, nd = self.num_hidden_layers, self.num_nextn_predict_layers
-        if n <= 0:
-            raise ValueError(f"num_hidden_layers: must be positive, got {n}")
-        if len(self.compress_ratios) != n + nd:
-            raise ValueError(
-                f"compress_ratios: {len(self.compress_ratios)} entries, but num_hidden_layers + "
-                f"num_nextn_predict_layers = {n + nd}")
-        if any(r not in V4_RATIOS for r in self.compress_ratios):
-            raise ValueError(f"compress_ratios: V4 layers have ratio 0, 4 or 128, got "
-                             f"{sorted(set(self.compress_ratios))}")
-        if any(r != 0 for r in self.compress_ratios[n:]):
-            raise ValueError("compress_ratios: MTP layers must have ratio 0")
+        n = self.num_hidden_layers
+        self._validate_shared("V4", V4_RATIOS)
         back = self.compress_ratios[:n]
         kv = tuple(i for i in range(n) if back[i])
         idx = tuple(i for i in range(n) if back[i] == 4)
@@ -367,23 +363,6 @@ class ModelConfig:
                              f"{list(self.engram_layer_ids)}")
         if not 0 <= self.num_hash_layers <= n:
             raise ValueError(f"num_hash_layers: {self.num_hash_layers} not in [0, {n}]")
-        if self.qk_rope_head_dim % 2 or self.qk_rope_head_dim > min(self.head_dim,
-                                                                     self.index_head_dim):
-            raise ValueError(f"qk_rope_head_dim: {self.qk_rope_head_dim} must be even and at most "
-                             f"head_dim {self.head_dim} and index_head_dim {self.index_head_dim}")
-        if self.num_attention_heads % self.o_groups:
-            raise ValueError(f"o_groups: {self.o_groups} does not divide num_attention_heads "
-                             f"{self.num_attention_heads}")
-        if self.num_key_value_heads != 1:
-            raise ValueError(f"num_key_value_heads: V4 has one shared latent, got "
-                             f"{self.num_key_value_heads}")
-        if self.num_experts_per_tok > self.n_routed_experts:
-            raise ValueError("num_experts_per_tok: more than n_routed_experts")
-        if self.scoring_func != "sqrtsoftplus":
-            raise ValueError(f"scoring_func: only sqrtsoftplus is served, got "
-                             f"{self.scoring_func!r}")
-        if self.hidden_size % 32 or self.moe_intermediate_size % 32:
-            raise ValueError("hidden_size / moe_intermediate_size: must be multiples of 32")
 
     def _derive_schedule_v4(self) -> list[LayerPlan]:
         n = self.num_hidden_layers
