@@ -131,6 +131,42 @@ def engram_rows(vocab_size: int, columns: int, n_layers: int) -> tuple[int, ...]
     return tuple(sum(primes[k * columns:(k + 1) * columns]) for k in range(n_layers))
 
 
+class TableBuilder:
+    """Appends ``Param`` rows in the storage formats of ``cfg`` (shared by the V4.1 and V4
+    tables): ``plain`` tensors, ``fp8`` linears (+ block scales) and ``fp4`` routed-expert
+    matrices (+ scales); bf16 of the logical shape when ``cfg.quantized`` is False."""
+
+    def __init__(self, cfg: ModelConfig):
+        self.q = cfg.quantized
+        self.b0, self.b1 = cfg.weight_block_size
+        self.blk = cfg.expert_scale_block
+        self.out: list[Param] = []
+
+    def plain(self, name, shape, fmt, comp, split=None, dim=0, **kw):
+        shape = tuple(shape)
+        self.out.append(Param(name, shape, fmt, comp, shape, split, dim, 1, **kw))
+
+    def fp8(self, name, o, i, comp, split=None, dim=0, **kw):
+        """FP8 linear ``name`` [o, i] (+ its block scales), or bf16 when not quantized."""
+        if not self.q:
+            return self.plain(f"{name}.weight", (o, i), "bf16", comp, split, dim, **kw)
+        b = (self.b0, self.b1)
+        self.out.append(Param(f"{name}.weight", (o, i), "fp8", comp, (o, i), split, dim, 1, **kw))
+        self.out.append(Param(f"{name}.scale", (-(-o // b[0]), -(-i // b[1])), "fp8_scale", comp,
+                              (o, i), split, dim, b[dim], **kw))
+
+    def fp4(self, name, o, i, dim, **kw):
+        """Routed expert matrix [o, i], split along ``dim`` (packed FP4 + scales)."""
+        if not self.q:
+            return self.plain(f"{name}.weight", (o, i), "bf16", "routed_experts", "even", dim,
+                              **kw)
+        blk = self.blk
+        self.out.append(Param(f"{name}.weight", (o, i // 2), "fp4", "routed_experts", (o, i),
+                              "even", dim, 2 if dim else 1, **kw))
+        self.out.append(Param(f"{name}.scale", (o, i // blk), "fp4_scale", "routed_experts",
+                              (o, i), "even", dim, blk if dim else 1, **kw))
+
+
 def param_table(cfg: ModelConfig) -> list[Param]:
     """Every backbone tensor of ``cfg`` (whole, tp = 1), embed first, head last."""
     if cfg.is_v4:
@@ -139,30 +175,8 @@ def param_table(cfg: ModelConfig) -> list[Param]:
     if cfg.engram_layer_ids:
         engram_primes(cfg)  # validates the table sizes
     q = cfg.quantized
-    b0, b1 = cfg.weight_block_size
-    blk = cfg.expert_scale_block
-    out: list[Param] = []
-
-    def plain(name, shape, fmt, comp, split=None, dim=0, **kw):
-        shape = tuple(shape)
-        out.append(Param(name, shape, fmt, comp, shape, split, dim, 1, **kw))
-
-    def fp8(name, o, i, comp, split=None, dim=0, **kw):
-        """FP8 linear ``name`` [o, i] (+ its block scales), or bf16 when not quantized."""
-        if not q:
-            return plain(f"{name}.weight", (o, i), "bf16", comp, split, dim, **kw)
-        out.append(Param(f"{name}.weight", (o, i), "fp8", comp, (o, i), split, dim, 1, **kw))
-        out.append(Param(f"{name}.scale", (-(-o // b0), -(-i // b1)), "fp8_scale", comp, (o, i),
-                         split, dim, (b0, b1)[dim], **kw))
-
-    def fp4(name, o, i, dim, **kw):
-        """Routed expert matrix [o, i], split along ``dim`` (packed FP4 + scales)."""
-        if not q:
-            return plain(f"{name}.weight", (o, i), "bf16", "routed_experts", "even", dim, **kw)
-        out.append(Param(f"{name}.weight", (o, i // 2), "fp4", "routed_experts", (o, i), "even",
-                         dim, 2 if dim else 1, **kw))
-        out.append(Param(f"{name}.scale", (o, i // blk), "fp4_scale", "routed_experts", (o, i),
-                         "even", dim, blk if dim else 1, **kw))
+    t = TableBuilder(cfg)
+    out, plain, fp8, fp4 = t.out, t.plain, t.fp8, t.fp4
 
     D, N, H, d = cfg.hidden_size, cfg.hc_mult, cfg.num_attention_heads, cfg.head_dim
     Q, G, R, I = cfg.q_lora_rank, cfg.o_groups, cfg.o_lora_rank, cfg.moe_intermediate_size

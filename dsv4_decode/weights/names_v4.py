@@ -22,34 +22,13 @@ exactly these); ``weights.hf_v4`` converts a dict of them into HF module names.
 from __future__ import annotations
 
 from ..config import ModelConfig
-from .names import Param
+from .names import Param, TableBuilder
 
 
 def param_table_v4(cfg: ModelConfig) -> list[Param]:
     """Every backbone tensor of the V4 ``cfg`` (whole, tp = 1), embed first, head last."""
-    q = cfg.quantized
-    b0, b1 = cfg.weight_block_size
-    blk = cfg.expert_scale_block
-    out: list[Param] = []
-
-    def plain(name, shape, fmt, comp, split=None, dim=0, **kw):
-        shape = tuple(shape)
-        out.append(Param(name, shape, fmt, comp, shape, split, dim, 1, **kw))
-
-    def fp8(name, o, i, comp, split=None, dim=0, **kw):
-        if not q:
-            return plain(f"{name}.weight", (o, i), "bf16", comp, split, dim, **kw)
-        out.append(Param(f"{name}.weight", (o, i), "fp8", comp, (o, i), split, dim, 1, **kw))
-        out.append(Param(f"{name}.scale", (-(-o // b0), -(-i // b1)), "fp8_scale", comp, (o, i),
-                         split, dim, (b0, b1)[dim], **kw))
-
-    def fp4(name, o, i, dim, **kw):
-        if not q:
-            return plain(f"{name}.weight", (o, i), "bf16", "routed_experts", "even", dim, **kw)
-        out.append(Param(f"{name}.weight", (o, i // 2), "fp4", "routed_experts", (o, i), "even",
-                         dim, 2 if dim else 1, **kw))
-        out.append(Param(f"{name}.scale", (o, i // blk), "fp4_scale", "routed_experts", (o, i),
-                         "even", dim, blk if dim else 1, **kw))
+    t = TableBuilder(cfg)
+    out, plain, fp8, fp4 = t.out, t.plain, t.fp8, t.fp4
 
     def compressor(prefix, ratio, width, dim, comp, kw):
         c = 2 if ratio == 4 else 1  # CSA: two series (Ca | Cb); HCA: one
