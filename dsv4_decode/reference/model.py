@@ -330,6 +330,12 @@ class ReferenceModel:
         experts, weights = route(x, self._get(pre + "gate.weight"), self._get(pre + "gate.bias"),
                                  cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                                  cfg.gate_temp, cfg.norm_topk_prob)
+        return self._experts(i, x, experts, weights)
+
+    def _experts(self, i: int, x, experts, weights) -> torch.Tensor:
+        """``x [T, D]`` through the routed ``experts [T, k]`` with ``weights [T, k]`` plus the
+        shared expert, fp32 combine -> bf16 ``[T, D]``."""
+        cfg, pre = self.cfg, f"layers.{i}.ffn."
         lim = cfg.swiglu_limit
         out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
         # Expert-major: one expert dequantised at a time (bounded memory for long prefills);

@@ -34,7 +34,7 @@ from .attention import output_projection, sparse_attention, window_kv
 from .indexer import index_scores, topk_indices
 from .mhc import hc_collapse, hc_expand, hc_mix
 from .model import ReferenceModel
-from .moe import route, swiglu_expert
+from .moe import route
 from .norm_rope import apply_rope, linear, rms_norm
 from .v4 import (
     V4_QAT_BLOCK,
@@ -238,7 +238,7 @@ class ReferenceModelV4(ReferenceModel):
 
     def _moe_v4(self, i: int, x, tokens) -> torch.Tensor:
         """MoE with hash routing (``tid2eid``) on the first ``num_hash_layers`` layers, else
-        V4.1's router; expert-major loop as ``ReferenceModel._moe``."""
+        V4.1's router; the experts as ``ReferenceModel._experts``."""
         cfg, pre = self.cfg, f"layers.{i}.ffn."
         if cfg.layers[i].hash_moe:
             experts = self._get(pre + "gate.tid2eid")[tokens].long()
@@ -248,13 +248,4 @@ class ReferenceModelV4(ReferenceModel):
             experts, weights = route(x, self._get(pre + "gate.weight"),
                                      self._get(pre + "gate.bias"), cfg.num_experts_per_tok,
                                      cfg.routed_scaling_factor, cfg.gate_temp, cfg.norm_topk_prob)
-        lim = cfg.swiglu_limit
-        out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
-        for e in torch.unique(experts).tolist():
-            rows, slots = (experts == e).nonzero(as_tuple=True)
-            w1, w3, w2 = self._expert(i, e)
-            out[rows] += swiglu_expert(x[rows], w1, w3, w2, lim, weights[rows, slots])
-        sh = pre + "shared_experts."
-        out += swiglu_expert(x, self._get(sh + "w1.weight"), self._get(sh + "w3.weight"),
-                             self._get(sh + "w2.weight"), lim)
-        return out.to(torch.bfloat16)
+        return self._experts(i, x, experts, weights)
