@@ -1,7 +1,8 @@
 """``dsv4-decode bench plot``: the results CSVs as PNG charts (ours vs baselines vs floor).
 
 For each ``<op>.csv`` one horizontal bar chart: a group of bars per case (the latest row of each
-implementation on the chosen GPU), a tick for the byte floor, log-scaled microseconds.
+implementation on the chosen GPU; the legend names the commits they come from), a tick for the
+byte floor, log-scaled microseconds.
 Needs matplotlib (``pip install dsv4_decode[plot]``).
 """
 
@@ -41,7 +42,8 @@ def plot_op(path: Path, out_dir: Path, gpu: str | None = None) -> Path | None:
     for k, impl in enumerate(impls):
         ys = [c + k * height for c in range(len(cases))]
         xs = [float(table[c][impl]["us"]) if impl in table[c] else 0.0 for c in cases]
-        ax.barh(ys, xs, height=height, label=impl)
+        commits = sorted({table[c][impl]["commit"] for c in cases if impl in table[c]})
+        ax.barh(ys, xs, height=height, label=f"{impl} @ {', '.join(commits)}")
     floors = [max(float(r["floor_us"]) for r in table[c].values()) for c in cases]
     ax.scatter(floors, [c + 0.4 - height / 2 for c in range(len(cases))], marker="|", s=300,
                color="black", label="byte floor", zorder=3)
@@ -51,7 +53,7 @@ def plot_op(path: Path, out_dir: Path, gpu: str | None = None) -> Path | None:
     ax.invert_yaxis()
     ax.legend(loc="lower right", fontsize=8)
     any_row = next(iter(next(iter(table.values())).values()))
-    ax.set_title(f"{path.stem} on {any_row['gpu']} @ {any_row['commit']}")
+    ax.set_title(f"{path.stem} on {any_row['gpu']} (latest row of each implementation)")
     fig.tight_layout()
     out = out_dir / f"{path.stem}.png"
     fig.savefig(out, dpi=110)
