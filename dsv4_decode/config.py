@@ -254,10 +254,7 @@ class ModelConfig:
         out = {"model_type": "deepseek_v41", "architectures": ["DeepseekV41ForCausalLM"],
                "text_config": text}
         if self.quantized:
-            out["quantization_config"] = {
-                "quant_method": "fp8", "activation_scheme": "dynamic",
-                "weight_block_size": list(self.weight_block_size), "scale_fmt": "ue8m0",
-                "expert_dtype": "fp4"}
+            out["quantization_config"] = _quantization_config(self)
         return out
 
     # ------------------------------------------------------------------ validation
@@ -528,11 +525,15 @@ def _to_hf_v4(cfg: ModelConfig) -> dict:
     if cfg.rope_scaling:
         out["rope_scaling"] = dict(cfg.rope_scaling)
     if cfg.quantized:
-        out["quantization_config"] = {
-            "quant_method": "fp8", "activation_scheme": "dynamic",
+        out["quantization_config"] = _quantization_config(cfg)
+    return out
+
+
+def _quantization_config(cfg: ModelConfig) -> dict:
+    """The released checkpoints' top-level ``quantization_config`` (spec §9.1)."""
+    return {"quant_method": "fp8", "activation_scheme": "dynamic",
             "weight_block_size": list(cfg.weight_block_size), "scale_fmt": "ue8m0",
             "expert_dtype": "fp4"}
-    return out
 
 
 def _v4_flash() -> ModelConfig:

@@ -167,6 +167,30 @@ class TableBuilder:
                               (o, i), "even", dim, blk if dim else 1, **kw))
 
 
+    def layer_core(self, cfg: ModelConfig, p: str, kw: dict) -> str:
+        """The tensors every V4.1 / V4 layer has (norms, mHC, the attention projections and
+        sink) under prefix ``p``; returns the attention prefix."""
+        D, N, H, d = cfg.hidden_size, cfg.hc_mult, cfg.num_attention_heads, cfg.head_dim
+        Q, G, R = cfg.q_lora_rank, cfg.o_groups, cfg.o_lora_rank
+        plain, fp8 = self.plain, self.fp8
+        plain(p + "attn_norm.weight", (D,), "bf16", "norms", **kw)
+        plain(p + "ffn_norm.weight", (D,), "bf16", "norms", **kw)
+        for site in ("attn", "ffn"):
+            plain(p + f"hc_{site}_fn", ((2 + N) * N, N * D), "fp32", "mhc", **kw)
+            plain(p + f"hc_{site}_base", ((2 + N) * N,), "fp32", "mhc", **kw)
+            plain(p + f"hc_{site}_scale", (3,), "fp32", "mhc", **kw)
+        a = p + "attn."
+        fp8(a + "wq_a", Q, D, "attention", **kw)
+        plain(a + "q_norm.weight", (Q,), "bf16", "attention", **kw)
+        fp8(a + "wq_b", H * d, Q, "attention", "even", 0, **kw)
+        fp8(a + "wkv", d, D, "attention", **kw)
+        plain(a + "kv_norm.weight", (d,), "bf16", "attention", **kw)
+        fp8(a + "wo_a", G * R, (H // G) * d, "attention", "even", 0, **kw)
+        fp8(a + "wo_b", D, G * R, "attention", "even", 1, **kw)
+        plain(a + "attn_sink", (H,), "fp32", "attention", "even", **kw)
+        return a
+
+
 def param_table(cfg: ModelConfig) -> list[Param]:
     """Every backbone tensor of ``cfg`` (whole, tp = 1), embed first, head last."""
     if cfg.is_v4:
@@ -178,8 +202,8 @@ def param_table(cfg: ModelConfig) -> list[Param]:
     t = TableBuilder(cfg)
     out, plain, fp8, fp4 = t.out, t.plain, t.fp8, t.fp4
 
-    D, N, H, d = cfg.hidden_size, cfg.hc_mult, cfg.num_attention_heads, cfg.head_dim
-    Q, G, R, I = cfg.q_lora_rank, cfg.o_groups, cfg.o_lora_rank, cfg.moe_intermediate_size
+    D, N, d = cfg.hidden_size, cfg.hc_mult, cfg.head_dim
+    Q, I = cfg.q_lora_rank, cfg.moe_intermediate_size
     E, Hi, di = cfg.n_routed_experts, cfg.index_n_heads, cfg.index_head_dim
     C, dh = cfg.engram_columns, cfg.engram_head_dim
     plain("embed.weight", (cfg.vocab_size, D), "bf16", "embed", "vocab")
@@ -202,21 +226,7 @@ def param_table(cfg: ModelConfig) -> list[Param]:
             fp8(p + "engram.wkv", (N + 1) * D, C * dh, "engram_wkv", **kw)
             plain(p + "engram.q_weight", (N, D), "bf16", "engram_wkv", **kw)
             plain(p + "engram.k_weight", (N, D), "bf16", "engram_wkv", **kw)
-        plain(p + "attn_norm.weight", (D,), "bf16", "norms", **kw)
-        plain(p + "ffn_norm.weight", (D,), "bf16", "norms", **kw)
-        for site in ("attn", "ffn"):
-            plain(p + f"hc_{site}_fn", ((2 + N) * N, N * D), "fp32", "mhc", **kw)
-            plain(p + f"hc_{site}_base", ((2 + N) * N,), "fp32", "mhc", **kw)
-            plain(p + f"hc_{site}_scale", (3,), "fp32", "mhc", **kw)
-        a = p + "attn."
-        fp8(a + "wq_a", Q, D, "attention", **kw)
-        plain(a + "q_norm.weight", (Q,), "bf16", "attention", **kw)
-        fp8(a + "wq_b", H * d, Q, "attention", "even", 0, **kw)
-        fp8(a + "wkv", d, D, "attention", **kw)
-        plain(a + "kv_norm.weight", (d,), "bf16", "attention", **kw)
-        fp8(a + "wo_a", G * R, (H // G) * d, "attention", "even", 0, **kw)
-        fp8(a + "wo_b", D, G * R, "attention", "even", 1, **kw)
-        plain(a + "attn_sink", (H,), "fp32", "attention", "even", **kw)
+        a = t.layer_core(cfg, p, kw)
         if plan.mode == "full":
             plain(a + "compressor.wkv.weight", (d, D), "bf16", "compressor", **kw)
             if plan.ratio == 2:

@@ -37,29 +37,15 @@ def param_table_v4(cfg: ModelConfig) -> list[Param]:
         plain(prefix + "ape", (ratio, c * width), "fp32", comp, **kw)
         plain(prefix + "norm.weight", (width,), "bf16", comp, **kw)
 
-    D, N, H, d = cfg.hidden_size, cfg.hc_mult, cfg.num_attention_heads, cfg.head_dim
-    Q, G, R, I = cfg.q_lora_rank, cfg.o_groups, cfg.o_lora_rank, cfg.moe_intermediate_size
+    D, N, d = cfg.hidden_size, cfg.hc_mult, cfg.head_dim
+    Q, I = cfg.q_lora_rank, cfg.moe_intermediate_size
     E, Hi, di = cfg.n_routed_experts, cfg.index_n_heads, cfg.index_head_dim
     plain("embed.weight", (cfg.vocab_size, D), "bf16", "embed", "vocab")
     for plan in cfg.layers[: cfg.num_hidden_layers]:
         i = plan.layer
         p = f"layers.{i}."
         kw = {"layer": i}
-        plain(p + "attn_norm.weight", (D,), "bf16", "norms", **kw)
-        plain(p + "ffn_norm.weight", (D,), "bf16", "norms", **kw)
-        for site in ("attn", "ffn"):
-            plain(p + f"hc_{site}_fn", ((2 + N) * N, N * D), "fp32", "mhc", **kw)
-            plain(p + f"hc_{site}_base", ((2 + N) * N,), "fp32", "mhc", **kw)
-            plain(p + f"hc_{site}_scale", (3,), "fp32", "mhc", **kw)
-        a = p + "attn."
-        fp8(a + "wq_a", Q, D, "attention", **kw)
-        plain(a + "q_norm.weight", (Q,), "bf16", "attention", **kw)
-        fp8(a + "wq_b", H * d, Q, "attention", "even", 0, **kw)
-        fp8(a + "wkv", d, D, "attention", **kw)
-        plain(a + "kv_norm.weight", (d,), "bf16", "attention", **kw)
-        fp8(a + "wo_a", G * R, (H // G) * d, "attention", "even", 0, **kw)
-        fp8(a + "wo_b", D, G * R, "attention", "even", 1, **kw)
-        plain(a + "attn_sink", (H,), "fp32", "attention", "even", **kw)
+        a = t.layer_core(cfg, p, kw)
         if plan.ratio:
             compressor(a + "compressor.", plan.ratio, d, D, "compressor", kw)
         if plan.mode == "csa":
