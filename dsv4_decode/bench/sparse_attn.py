@@ -3,9 +3,8 @@
 Cases: requests 1..32 x q_len 6 (and 1), 512 selected entries per row + a full 128-key window,
 16 heads (a TP=4 rank) and 64 heads (TP=1), head dim 512, rope 64. Implementations:
 ``ours`` (default config: the wave-count split rule, second merge kernel, FP4 keys dequantised
-as even/odd halves), ``ours_dim_order`` (the same with the round-1 FP4 dequantisation in dim
-order), ``ours_r1`` (the round-1 default: about 2 CTAs per SM, at most 8 splits, last-CTA merge,
-dim order; kept to measure the round-2 changes), ``compiled`` (``torch.compile`` of
+as even/odd halves; the round-1 variants it replaced are measured in benchmarks/results),
+``compiled`` (``torch.compile`` of
 ``sparse_attn_ref``, fp32 math on the dequantised records: the baseline a user has). Each of
 the ``CALLS`` calls captured in one graph uses its own set of slots, pages, q and out (rotating
 the inputs; at small batch the 20 sets still fit in the 60 MB L2). The floor is the distinct
@@ -94,16 +93,6 @@ class Inputs:
         return window + sel * C.compressed_record_bytes(D) + 2 * 2 * self.rows * heads * D
 
 
-def round1_config(rows: int, heads: int, window: int, n_sel: int) -> SparseAttnConfig:
-    """The round-1 default (commit 93b3a95): about 2 x 132 CTAs with as few splits as possible,
-    at most 8, fused merge, FP4 dequantised in dim order (2 waves wherever 1 CTA fits per SM)."""
-    units = -(-window // 32) + -(-n_sel // 32)
-    want = -(-2 * 132 // max(rows * -(-heads // 16), 1))
-    steps = -(-units // max(1, min(want, units, 8)))
-    return SparseAttnConfig.with_steps(16, 32, steps, window, n_sel, num_warps=8,
-                                       fused_merge=True, fp4_pairs=False)
-
-
 def _timed(fn_for_set, sets: int, replays: int = 20) -> float:
     i = [0]
 
@@ -120,10 +109,7 @@ def bench_case(requests: int, q_len: int, heads: int, compiled) -> list[Row]:
     floor = inp.floor_bytes(requests, q_len, heads)
     rows = []
     cfg = pick_config(inp.rows, heads, D, WINDOW, SELECTED)
-    variants = [("ours", cfg)]
-    variants.append(("ours_dim_order", dataclasses.replace(cfg, fp4_pairs=False)))
-    variants.append(("ours_r1", round1_config(inp.rows, heads, WINDOW, SELECTED)))
-    for impl, c in variants:
+    for impl, c in [("ours", cfg)]:
         ws = make_workspace(inp.rows, heads, D, WINDOW, SELECTED, "cuda", c)
 
         def ours(s, c=c, ws=ws):
@@ -156,7 +142,6 @@ def sweep(cases) -> None:
         with_steps = SparseAttnConfig.with_steps
         variants = {"default": base,
                     "fused": dataclasses.replace(base, fused_merge=True),
-                    "dim_order": dataclasses.replace(base, fp4_pairs=False),
                     "maxnreg128": dataclasses.replace(base, maxnreg=128),
                     "maxnreg168": dataclasses.replace(base, maxnreg=168),
                     "stages2": dataclasses.replace(base, num_stages=2),
@@ -207,7 +192,7 @@ def main(argv=None) -> None:
             print(f"{r.case:45s} {r.impl:18s} {r.us:9.2f} us  floor {r.floor_us:.2f} us",
                   flush=True)
         rows += case_rows
-    print_table(rows, ["ours", "ours_dim_order", "ours_r1", "compiled"])
+    print_table(rows, ["ours", "compiled"])
     path = write_rows(rows, "sparse_attn", args.out)
     print(f"appended {len(rows)} rows to {path}")
 

@@ -170,14 +170,12 @@ def test_matches_reference(case, device):
     check(Inputs(case, device))
 
 
-@pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel",
-                                     "two_splits_fp4_dim_order"])
+@pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel"])
 def test_split_and_merge_variants(variant, device):
     inp = Inputs(Case(2, 2, 16, 40, window=16, seed=1), device)
     steps = 1 if variant.startswith("four") else 4  # 1 window + 3 index steps of 16 keys
     cfg = SparseAttnConfig.with_steps(16, 16, steps, 16, 40, num_warps=4,
-                                      fused_merge=variant != "four_splits_kernel",
-                                      fp4_pairs=variant != "two_splits_fp4_dim_order")
+                                      fused_merge=variant != "four_splits_kernel")
     assert cfg.n_split == (2 if steps == 4 else 4)
     check(inp, config=cfg)
 
@@ -265,13 +263,12 @@ def test_gpu_production_shapes(case):
 def test_gpu_merge_repeatable(fused):
     """The round-1 GPU run failed once at 8 x 6 rows x 64 heads (fused merge, 3 splits), a shape
     whose split config passed at 32 x 6 x 16 heads: repeat it with both merges at the round-1
-    kernel config (10 index steps, FP4 in dim order) and at the default split, so an
-    intermittent merge race shows up (and which merge has it)."""
+    kernel split (10 index steps) and at the default split, so an intermittent merge race
+    shows up (and which merge has it)."""
     dev = torch.device("cuda")
     inp = Inputs(Case(8, 6, 64, 512, **PROD), dev)
     t = inp.q.shape[0]
-    round1 = SparseAttnConfig.with_steps(16, 32, 10, 128, 512, num_warps=8, fused_merge=fused,
-                                         fp4_pairs=False)
+    round1 = SparseAttnConfig.with_steps(16, 32, 10, 128, 512, num_warps=8, fused_merge=fused)
     for cfg in (round1, dataclasses.replace(pick_config(t, 64, 512, 128, 512), fused_merge=fused)):
         for _ in range(10):
             check(inp, config=cfg)
@@ -350,14 +347,12 @@ def build(fn, const, num_warps):
 
 
 out = {}
-for heads, n_sel, fused, pairs in ((16, 512, True, True), (64, 512, False, True),
-                                   (16, 0, True, True), (16, 512, True, False)):
+for heads, n_sel, fused in ((16, 512, True), (64, 512, False), (16, 0, True)):
     cfg = pick_config(6, heads, 512, 128, n_sel, "cpu")
     const = dict(WINDOW=128, D=512, R2=32, PAGE=64, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
                  W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
-                 N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused,
-                 FP4_PAIRS=pairs)
-    out[f"main-H{heads}-K{n_sel}-{'pairs' if pairs else 'dim_order'}"] = build(
+                 N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused)
+    out[f"main-H{heads}-K{n_sel}-fused{fused}"] = build(
         K._sparse_attn_kernel, const, cfg.num_warps)
 const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=8, HAS_SINK=True)
 out["merge"] = build(K._merge_kernel, const, 4)

@@ -62,31 +62,6 @@ def _compressed_addr(idx_ptr, bt_ptr, row, slot, row_ok, c0, c_hi, k_sel, n_page
 
 
 @triton.jit
-def _compressed_load(comp_ptr, rec, valid, D: tl.constexpr):
-    """Raw NVFP4 records -> (packed e2m1 [BLOCK_N, D/16, 8], e4m3 scales [BLOCK_N, D/16])."""
-    blk = tl.arange(0, D // 16)
-    e = tl.arange(0, 8)
-    packed = tl.load(comp_ptr + rec[:, None, None] + blk[None, :, None] * 8 + e[None, None, :],
-                     mask=valid[:, None, None], other=0)
-    sc = tl.load(comp_ptr + rec[:, None] + D // 2 + blk[None, :], mask=valid[:, None], other=0)
-    return packed, sc
-
-
-@triton.jit
-def _compressed_dequant(packed, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """-> exact bf16 keys [BLOCK_N, D]."""
-    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    # byte k holds dim 2k in the low nibble, 2k+1 in the high nibble
-    n = tl.interleave(packed & 0xF, packed >> 4).to(tl.uint32)  # [BLOCK_N, D/16, 16]
-    ex = (n >> 1) & 3
-    m = n & 1
-    # e2m1 -> fp32 bits: ex = 0 is 0 or 0.5; else 2^(ex-1) * (1 + m/2); sign in bit 3
-    bits = tl.where(ex == 0, m * 0x3F000000, ((ex + 126) << 23) | (m << 22)) | ((n >> 3) << 31)
-    vals = bits.to(tl.float32, bitcast=True) * scale[:, :, None]
-    return tl.reshape(vals, (BLOCK_N, D)).to(tl.bfloat16)
-
-
-@triton.jit
 def _compressed_load_2d(comp_ptr, rec, valid, D: tl.constexpr):
     """Raw NVFP4 records -> (packed e2m1 [BLOCK_N, D/2], e4m3 scales [BLOCK_N, D/16]). Loaded
     as a 2-d tile so that the layout runs along the record (16 B per thread) and the bf16 tiles
@@ -202,42 +177,14 @@ def _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, row, h, hmask, pos, out_ptr, co
 
 
 @triton.jit
-def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, slot, sel_ok,
-                      c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D: tl.constexpr,
-                      PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                      C_STEPS: tl.constexpr):
-    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc [BLOCK_H, D]), the keys
-    dequantised in dim order (the round-1 form, ``fp4_pairs=False``)."""
-    d = tl.arange(0, D)
-    q = tl.load(q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :],
-                mask=hmask[:, None], other=0.0)
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, D], tl.float32)
-    rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
-                                  max_pages, D, PAGE, BLOCK_N)
-    packed, sc = _compressed_load(comp_ptr, rec, valid, D)
-    rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N, c_hi,
-                                      k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
-    for it in range(C_STEPS):
-        packed_n, sc_n = _compressed_load(comp_ptr, rec_n, valid_n, D)
-        rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
-                                            c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
-                                            max_pages, D, PAGE, BLOCK_N)
-        k = _compressed_dequant(packed, sc, D, BLOCK_N)
-        m_i, l_i, acc = _attend(q, k, valid, m_i, l_i, acc, qk_scale)
-        packed, sc, valid = packed_n, sc_n, valid_n
-        rec_n, valid_n = rec_nn, valid_nn
-    return m_i, l_i, acc
-
-
-@triton.jit
 def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, slot,
                             sel_ok, c_0, c_hi, k_sel, n_pages, max_pages, qk_scale,
                             D: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
                             BLOCK_N: tl.constexpr, C_STEPS: tl.constexpr):
-    """As ``_compressed_split`` with q, the keys and acc split into even and odd dims; the
-    halves are interleaved back once, after the last step."""
+    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc [BLOCK_H, D]), with q, the
+    keys and acc split into even and odd dims (low / high nibbles: no per-step interleave;
+    measured 1.21-1.46x faster than dequantising in dim order); the halves are interleaved
+    back once, after the last step."""
     i = tl.arange(0, D // 2)
     q_row = q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + 2 * i[None, :]
     q_e = tl.load(q_row, mask=hmask[:, None], other=0.0)
@@ -277,7 +224,7 @@ def _sparse_attn_kernel(
     WINDOW: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
     N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
-    HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr, FP4_PAIRS: tl.constexpr,
+    HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr,
 ):
     pid_s = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -319,16 +266,10 @@ def _sparse_attn_kernel(
         if HAS_SEL:
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * BLOCK_N)
             c_hi = tl.minimum(c_0 + C_STEPS * BLOCK_N, k_sel)
-            if FP4_PAIRS:
-                m_i, l_i, acc = _compressed_split_pairs(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
-                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
-                    C_STEPS)
-            else:
-                m_i, l_i, acc = _compressed_split(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
-                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
-                    C_STEPS)
+            m_i, l_i, acc = _compressed_split_pairs(
+                q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
+                c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
+                C_STEPS)
 
     if N_SPLIT == 1:
         _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
@@ -392,7 +333,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         PAGE=compressed.shape[1] if has_sel else 1, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
         HAS_SEL=has_sel,
-        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, FP4_PAIRS=cfg.fp4_pairs,
+        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )

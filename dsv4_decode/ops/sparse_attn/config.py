@@ -30,9 +30,6 @@ class SparseAttnConfig:
     # last CTA merges (one launch) vs a separate merge kernel; the kernel was faster at every
     # round-1 H200 size (by 0.2-3.9 us) and needs no arrival counters
     fused_merge: bool = False
-    # compressed keys as even-dim and odd-dim halves (low / high nibbles, no per-step
-    # interleave through shared memory) vs in dim order (round 1)
-    fp4_pairs: bool = True
     maxnreg: int | None = None  # register cap (e.g. 128: two 8-warp CTAs per SM, some spills)
 
     @property
