@@ -384,11 +384,10 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     fuse = fuse and log_r == 0 and k <= 512
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
-    # fused with the 8,192-slot threshold tile (k > 512): 8 warps keep it at ~80 registers
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.thr, ws.cnt, ws.tick, x16.stride(0), ws.gmax.stride(0), cols,
         k, UNROLL=min(1 << log_r, 4), FUSE=fuse,
-        num_warps=8 if fuse and cfg.groups > 4096 else 4, **spans, **common)
+        num_warps=4, **spans, **common)
     if stages >= 2 and not fuse:
         _threshold_kernel[(rows,)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, num_warps=8, **spans,
