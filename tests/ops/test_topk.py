@@ -419,8 +419,7 @@ _COMPILE_SM90 = r'''
 import json
 from dsv4_decode.utils.sm90 import spill_stores
 from dsv4_decode.ops.topk import _triton as K
-from dsv4_decode.ops.topk.config import TopkConfig
-
+from dsv4_decode.ops.topk.config import NSEG, TopkConfig
 
 
 def build(fn, const, num_warps):
@@ -428,15 +427,17 @@ def build(fn, const, num_warps):
 
 
 out = {}
-for k, block in ((512, 1), (2048, 1)):
+for k, block in ((512, 1), (2048, 1), (2048, 8)):
     c = TopkConfig.pick(k, block)
-    common = dict(BLOCK=c.block, CHUNK=c.chunk)
+    common = dict(BLOCK=c.block, CHUNK=c.chunk, NSEG=NSEG)
     for log_r, fuse in ((0, k <= 512), (3, False)):  # fused only for k <= 512
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r)
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}"] = build(
-            K._group_max_kernel, dict(UNROLL=min(1 << log_r, 4), FUSE=fuse, **spans, **common),
+            K._group_max_kernel, dict(UNROLL=min(1 << log_r, 2), FUSE=fuse, **spans, **common),
             4)
-    out[f"collect-k{k}-G4"] = build(K._collect_kernel, dict(CAP=c.cap, G=4, **common), 4)
+    for g in (1, 8):
+        out[f"collect-k{k}-b{block}-G{g}"] = build(K._collect_kernel,
+                                                   dict(CAP=c.cap, G=g, **common), 4)
 c = TopkConfig.pick(512, 1)
 out["select-k512"] = build(K._select_kernel, dict(
     NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, BLOCK=1, CHUNK=c.chunk), 8)

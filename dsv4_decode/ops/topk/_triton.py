@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from . import ref
-from .config import collect_log2, span_log2
+from .config import NSEG, collect_log2, span_log2
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -110,20 +110,6 @@ def _kth_largest(v, m, K, HIST: tl.constexpr):
 
 
 @triton.jit
-def _store_level(g, g_ptr, unit, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
-    """Store level ``lvl`` of ``g`` (CHUNK maxima) at ``g_ptr + unit * (CHUNK >> lvl)``.
-
-    Level l entry b is the maximum of g[b + j * (CHUNK >> l)], j < 2**l (strided groups). One
-    branch per level, only the taken one runs: a single reduction, not a chain of LMAX
-    dependent ones (round 1 ran the whole chain for every chunk).
-    """
-    for l in tl.static_range(LMAX + 1):
-        if lvl == l:
-            gl = tl.max(tl.reshape(g, [1 << l, CHUNK >> l]), axis=0)
-            tl.store(g_ptr + unit * (CHUNK >> l) + tl.arange(0, CHUNK >> l), gl)
-
-
-@triton.jit
 def _kth_group_max(g_row, n, K, SIZE: tl.constexpr):
     i = tl.arange(0, SIZE)
     # .cg: in the fused path these maxima were just written by other CTAs (read from L2)
@@ -158,35 +144,144 @@ def _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols,
 
 
 @triton.jit
-def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, tick_ptr, stride_x,
-                      stride_g, cols, K, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                      LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
-                      R: tl.constexpr, LOG_R: tl.constexpr, UNROLL: tl.constexpr,
-                      FUSE: tl.constexpr):
-    # Program p covers R chunks. Rows long enough (level >= LOG_R) fold the R chunks with an
-    # elementwise max first (groups strided by CHUNK), so the level reduction runs once per R
-    # chunks. FUSE: the row's last program to finish (an atomic ticket) computes the threshold,
-    # saving the separate threshold launch.
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _vmax(v, axis, BLOCK: tl.constexpr):
+    """Maximum along ``axis`` in the selection order: fp32 logits (plain mode; NaN on top,
+    -0 and +0 both map to one key later) or key1 (block mode)."""
+    if BLOCK == 1:
+        return tl.reduce(v, axis, _max_nan)
+    else:
+        return tl.max(v, axis=axis)
+
+
+@triton.jit
+def _as_key1(v, BLOCK: tl.constexpr):
+    """Values of ``_chunk_values`` -> key1 (the fp32 maxima of bf16 values convert exactly)."""
+    if BLOCK == 1:
+        return _key1(v.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF)
+    else:
+        return v
+
+
+@triton.jit
+def _chunk_values(x_row, c0, length, len_e, NCH: tl.constexpr, BLOCK: tl.constexpr,
+                  CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr):
+    """Chunks c0 .. c0 + NCH - 1 as one [NCH, NSEG, CHUNK / NSEG] tile (one load: all NCH
+    chunks in flight) of values whose maximum order is the selection order. Plain mode: the
+    logits in fp32, -inf past the length (MASKED; unmasked spans skip the per-column masks),
+    so an element costs a convert and a max and the key transform runs on maxima only. Block
+    mode: key1 of the blocks (0 past the length)."""
+    SEG: tl.constexpr = CHUNK // NSEG
+    e = ((c0 + tl.arange(0, NCH))[:, None, None] * CHUNK
+         + tl.arange(0, NSEG)[None, :, None] * SEG + tl.arange(0, SEG)[None, None, :])
+    if BLOCK == 1:
+        if MASKED:  # masked per 8 columns (16-byte vectors), then per column; 0xFF80 = -inf
+            u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=-128)
+            u = tl.where(e < len_e, u, -128).to(tl.int16)
+        else:
+            u = tl.load(x_row + e)
+        v = u.to(tl.bfloat16, bitcast=True).to(tl.float32)
+    else:
+        v = tl.reshape(_element_keys(x_row, tl.reshape(e, [NCH * CHUNK]), length, len_e,
+                                     BLOCK), [NCH, NSEG, SEG])
+    return v
+
+
+@triton.jit
+def _store_segments(v, s_row, c0, len_e, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                    NSEG: tl.constexpr):
+    """key1 maxima of the contiguous segments of ``v`` (``_chunk_values`` of chunks c0..; 0 for
+    segments past the length): the collect pass re-reads only segments whose maximum reaches
+    the threshold."""
+    NCH: tl.constexpr = v.shape[0]
+    i = (c0 + tl.arange(0, NCH))[:, None] * NSEG + tl.arange(0, NSEG)[None, :]
+    k = _as_key1(_vmax(v, 2, BLOCK), BLOCK)
+    tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
+
+
+@triton.jit
+def _fold_span(x_row, p, length, len_e, s_row, R: tl.constexpr, UNROLL: tl.constexpr,
+               BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+               MASKED: tl.constexpr):
+    """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG]), storing each
+    chunk's segment maxima on the way; UNROLL chunks per load."""
+    if BLOCK == 1:
+        acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
+    else:
+        acc = tl.zeros([NSEG, CHUNK // NSEG], dtype=tl.int32)
+    for r0 in range(0, R, UNROLL):
+        v = _chunk_values(x_row, p * R + r0, length, len_e, UNROLL, BLOCK, CHUNK, NSEG, MASKED)
+        _store_segments(v, s_row, p * R + r0, len_e, BLOCK, CHUNK, NSEG)
+        acc = _vmax_pair(acc, _vmax(v, 0, BLOCK), BLOCK)
+    return acc
+
+
+@triton.jit
+def _vmax_pair(a, b, BLOCK: tl.constexpr):
+    if BLOCK == 1:
+        return _max_nan(a, b)
+    else:
+        return tl.maximum(a, b)
+
+
+@triton.jit
+def _store_groups(v, g_ptr, unit, start, len_e, lvl, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                  LMAX: tl.constexpr):
+    """Store the level-``lvl`` group maxima of ``v`` ([CHUNK] values of the unit starting at
+    element ``start``) as key1 at ``g_ptr + unit * (CHUNK >> lvl)``. Level l group b is the
+    maximum of v[b + j * (CHUNK >> l)], j < 2**l (strided groups); a group whose first element
+    lies past the length holds no candidate and stores 0. One branch per level, only the taken
+    one runs (a single reduction)."""
+    for l in tl.static_range(LMAX + 1):
+        if lvl == l:
+            b = tl.arange(0, CHUNK >> l)
+            gl = _as_key1(_vmax(tl.reshape(v, [1 << l, CHUNK >> l]), 0, BLOCK), BLOCK)
+            tl.store(g_ptr + unit * (CHUNK >> l) + b, tl.where(start + b < len_e, gl, 0))
+
+
+@triton.jit
+def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, tick_ptr,
+                      stride_x, stride_g, stride_s, cols, K, BLOCK: tl.constexpr,
+                      CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
+                      GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
+                      UNROLL: tl.constexpr, NSEG: tl.constexpr, FUSE: tl.constexpr):
+    # Program p covers R chunks: the only full read of the row. Per chunk it stores the NSEG
+    # segment maxima (for the collect pass's pruning); rows long enough (level >= LOG_R) fold
+    # the R chunks with an elementwise max (groups strided by CHUNK), so the level reduction
+    # runs once per R chunks. FUSE: the row's last program to finish (an atomic ticket)
+    # computes the threshold, saving the separate threshold launch.
     row = tl.program_id(0)
     p = tl.program_id(1)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     s = _level(len_e, TARGET, LMAX)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
+    s_row = smax_ptr + row.to(tl.int64) * stride_s
     if s >= LOG_R:
         if p * (R * CHUNK) < len_e:
-            acc = tl.zeros([CHUNK], dtype=tl.int32)
-            for r0 in range(0, R, UNROLL):  # UNROLL chunk loads in flight per iteration
-                for u in tl.static_range(UNROLL):
-                    e = (p * R + r0 + u) * CHUNK + tl.arange(0, CHUNK)
-                    acc = tl.maximum(acc, _element_keys(x_row, e, length, len_e, BLOCK))
-            _store_level(acc, g_ptr, p, s - LOG_R, CHUNK, LMAX)
+            if (p + 1) * (R * CHUNK) <= len_e:
+                acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
+                                 False)
+            else:
+                acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
+                                 True)
+            _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * (R * CHUNK), len_e,
+                          s - LOG_R, BLOCK, CHUNK, LMAX)
     else:
         for r in range(R):
             c = p * R + r
             if c * CHUNK < len_e:
-                key1 = _element_keys(x_row, c * CHUNK + tl.arange(0, CHUNK), length, len_e, BLOCK)
-                _store_level(key1, g_ptr, c, s, CHUNK, LMAX)
+                if (c + 1) * CHUNK <= len_e:
+                    v = _chunk_values(x_row, c, length, len_e, 1, BLOCK, CHUNK, NSEG, False)
+                else:
+                    v = _chunk_values(x_row, c, length, len_e, 1, BLOCK, CHUNK, NSEG, True)
+                _store_segments(v, s_row, c, len_e, BLOCK, CHUNK, NSEG)
+                _store_groups(tl.reshape(v, [CHUNK]), g_ptr, c, c * CHUNK, len_e, s, BLOCK,
+                              CHUNK, LMAX)
     if FUSE:
         # Every thread's maxima are stored before the ticket (CTA barrier, then the ticket's
         # acq_rel gpu-scope atomic publishes them); the last of the row's programs (every
@@ -209,40 +304,17 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
 
 
 @triton.jit
-def _chunk_keys(x_row, c, length, len_e, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
-    """Element indices and key1 of chunk c as [CHUNK / 8, 8] tiles (8 consecutive per thread,
-    so a rank inside the chunk is an in-thread prefix plus one short scan over the rows)."""
-    e = c * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
-    if BLOCK == 1:
-        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-    else:  # block keys need a [N, BLOCK] column tile: build them 1-D, then fold
-        e1 = c * CHUNK + tl.arange(0, CHUNK)
-        key1 = tl.reshape(_element_keys(x_row, e1, length, len_e, BLOCK), [CHUNK // 8, 8])
-    return e, key1
-
-
-@triton.jit
-def _write_chunk(e, key1, t0, pos0, kb_ptr, pb_ptr, CAP: tl.constexpr):
-    """Write the chunk's elements with key1 >= t0 from buffer slot pos0 on, in column order,
-    each with its rank inside the chunk."""
-    cand = (key1 >= t0).to(tl.int32)
-    per_row = tl.sum(cand, axis=1)
-    rank = (tl.cumsum(per_row, axis=0) - per_row)[:, None] + tl.cumsum(cand, axis=1) - 1
-    pos = pos0 + rank
-    keep = (cand > 0) & (pos < CAP)
-    tl.store(kb_ptr + pos, key1, mask=keep)
-    tl.store(pb_ptr + pos, (rank << COL_BITS) | e, mask=keep)
-
-
-@triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, stride_x,
-                    stride_b, stride_cc, cols, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                    CAP: tl.constexpr, G: tl.constexpr):
-    # A program takes G adjacent chunks. Phase 1 loads all G (their loads in flight together)
-    # and only counts; ONE atomic then reserves buffer room for all of them (round 1: one
-    # dependent atomic round trip per chunk); phase 2 re-reads (L1/L2) and writes only chunks
-    # that hold candidates (~1.4 per 2,048 columns on random rows). Ranks are kept inside each
-    # chunk, so the buffer order the atomics give never matters.
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pbuf_ptr, cc_ptr,
+                    stride_x, stride_s, stride_b, stride_cc, cols, BLOCK: tl.constexpr,
+                    CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr, G: tl.constexpr):
+    # A program takes G adjacent chunks (G * NSEG segments) and re-reads only the segments
+    # whose maximum (stored by pass 1) reaches T0: ~1.4k of a row's segments on random data,
+    # a few % of a 1M row. The active segments are compacted into rounds of NSEG (one
+    # [NSEG, SEG] gather, loads in flight together); each round takes ONE atomic for its
+    # buffer room. Every candidate is written with its rank inside its chunk, so the buffer
+    # order the atomics give never matters to the select.
+    SEG: tl.constexpr = CHUNK // NSEG
+    NS: tl.constexpr = G * NSEG
     row = tl.program_id(0)
     c0 = tl.program_id(1) * G
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
@@ -250,24 +322,46 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
     j = tl.arange(0, G)
-    n_g = tl.zeros([G], dtype=tl.int32)
+    n_g = tl.zeros([G], dtype=tl.int32)  # candidates per chunk so far
     if c0 * CHUNK < len_e:
         t0 = tl.load(thr_ptr + row)
-        for g in tl.static_range(G):
-            e, key1 = _chunk_keys(x_row, c0 + g, length, len_e, BLOCK, CHUNK)
-            n_g = tl.where(j == g, tl.sum(tl.sum((key1 >= t0).to(tl.int32), axis=1), axis=0), n_g)
-        n = tl.sum(n_g, axis=0)
-        if n > 0:
-            base = tl.atomic_add(cnt_ptr + row, n)
-            off = base + tl.cumsum(n_g, axis=0) - n_g
-            if G == 1:
-                _write_chunk(e, key1, t0, base, kb_ptr, pb_ptr, CAP)
+        sid = tl.arange(0, NS)  # segment c0 * NSEG + sid; pass 1 stored those before the length
+        sm = tl.load(smax_ptr + row.to(tl.int64) * stride_s + c0 * NSEG + sid,
+                     mask=(c0 * NSEG + sid) * SEG < len_e, other=0)
+        act = sm >= t0  # t0 >= 1: segments past the length (0) never are
+        n_act = tl.sum(act.to(tl.int32), axis=0)
+        slot = tl.cumsum(act.to(tl.int32), axis=0) - 1
+        a = tl.arange(0, NSEG)
+        r0 = n_act * 0
+        while r0 < n_act:  # rounds of NSEG active segments (a while: the interpreter cannot
+            ra = r0 + a      # range over a tensor)
+            ok = ra < n_act
+            seg = tl.sum(tl.where(act[None, :] & (slot[None, :] == ra[:, None]), sid[None, :],
+                                  0), axis=1)  # [NSEG] the round's segments, ascending
+            e = (c0 * NSEG + seg)[:, None] * SEG + tl.arange(0, SEG)[None, :]
+            e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
+            if BLOCK == 1:
+                key1 = _element_keys(x_row, e, length, len_e, BLOCK)
             else:
-                for q in range(G):  # a loop, not unrolled: one chunk's registers at a time
-                    if tl.sum(tl.where(j == q, n_g, 0), axis=0) > 0:
-                        eq, kq = _chunk_keys(x_row, c0 + q, length, len_e, BLOCK, CHUNK)
-                        _write_chunk(eq, kq, t0, tl.sum(tl.where(j == q, off, 0), axis=0),
-                                     kb_ptr, pb_ptr, CAP)
+                key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [NSEG * SEG]), length,
+                                                len_e, BLOCK), [NSEG, SEG])
+            cand = (key1 >= t0) & ok[:, None]
+            n_a = tl.sum(cand.to(tl.int32), axis=1)
+            n_r = tl.sum(n_a, axis=0)
+            if n_r > 0:
+                base = tl.atomic_add(cnt_ptr + row, n_r)
+                ch = seg // NSEG  # chunk of each slot, 0..G-1 (non-decreasing over slots)
+                before = tl.sum(tl.where((ch[None, :] == ch[:, None]) & (a[None, :] < a[:, None]),
+                                         n_a[None, :], 0), axis=1)
+                seen = tl.sum(tl.where(j[None, :] == ch[:, None], n_g[None, :], 0), axis=1)
+                inseg = tl.cumsum(cand.to(tl.int32), axis=1) - 1
+                pos = base + (tl.cumsum(n_a, axis=0) - n_a)[:, None] + inseg
+                rank = (seen + before)[:, None] + inseg
+                keep = cand & (pos < CAP)
+                tl.store(kb_ptr + pos, key1, mask=keep)
+                tl.store(pb_ptr + pos, (rank << COL_BITS) | e, mask=keep)
+                n_g += tl.sum(tl.where(j[:, None] == ch[None, :], n_a[None, :], 0), axis=1)
+            r0 += NSEG
     tl.store(cc_ptr + row.to(tl.int64) * stride_cc + c0 + j, n_g)  # every chunk, 0 past length
 
 
@@ -385,9 +479,9 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
-        x16, lengths, ws.gmax, ws.thr, ws.cnt, ws.tick, x16.stride(0), ws.gmax.stride(0), cols,
-        k, UNROLL=min(1 << log_r, 4), FUSE=fuse,
-        num_warps=4, **spans, **common)
+        x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
+        ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
+        NSEG=NSEG, FUSE=fuse, num_warps=4, **spans, **common)
     if stages >= 2 and not fuse:
         _threshold_kernel[(rows,)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, num_warps=8, **spans,
@@ -395,9 +489,9 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     if stages >= 3:
         log_g = collect_log2(rows, n_chunks)
         _collect_kernel[(rows, n_chunks >> log_g)](
-            x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
-            ws.kbuf.stride(0), ws.cc.stride(0), cols, CAP=cfg.cap, G=1 << log_g, num_warps=4,
-            **common)
+            x16, lengths, ws.thr, ws.cnt, ws.smax, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
+            ws.smax.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols, NSEG=NSEG,
+            CAP=cfg.cap, G=1 << log_g, num_warps=4, **common)
     if stages >= 4:
         _select_kernel[(rows,)](
             x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,

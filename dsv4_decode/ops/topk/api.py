@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import TopkConfig
+from .config import NSEG, TopkConfig
 
 MAX_COLS = 1 << 20
 MAX_K = 2048
@@ -20,6 +20,9 @@ class TopkWorkspace:
     - ``tick`` int32 [rows], zero between calls: per-row arrival tickets of the group-maxima
       programs (the last one computes the threshold and re-arms the ticket to 0);
     - ``gmax`` int32 [rows, cfg.groups]: group maxima (rank keys) of the row;
+    - ``smax`` int32 [rows, cfg.max_chunks * NSEG]: rank-key maxima of contiguous segments of
+      ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
+      pass's pruning;
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
     - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key, and its index
@@ -31,6 +34,7 @@ class TopkWorkspace:
     cfg: TopkConfig
     tick: torch.Tensor
     gmax: torch.Tensor
+    smax: torch.Tensor
     thr: torch.Tensor
     cnt: torch.Tensor
     kbuf: torch.Tensor
@@ -53,7 +57,8 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
 
     return TopkWorkspace(
         cfg=cfg, tick=torch.zeros(rows, dtype=torch.int32, device=torch.device(device)),
-        gmax=buf(rows, cfg.groups), thr=buf(rows), cnt=buf(rows),
+        gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG), thr=buf(rows),
+        cnt=buf(rows),
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
         pre=buf(rows, cfg.max_chunks), scratch=buf(rows, cfg.cap))
 
