@@ -4,6 +4,7 @@ Cases: requests 1..32 x q_len 6 (and 1), 512 selected entries per row + a full 1
 16 heads (a TP=4 rank) and 64 heads (TP=1), head dim 512, rope 64. Implementations:
 ``ours`` (default config: the wave-count split rule, second merge kernel, FP4 keys dequantised
 as even/odd halves; the round-1 variants it replaced are measured in benchmarks/results),
+``ours_<layout>`` with ``--layouts`` (the other named layouts of ``LAYOUTS``),
 ``compiled`` (``torch.compile`` of
 ``sparse_attn_ref``, fp32 math on the dequantised records: the baseline a user has). Each of
 the ``CALLS`` calls captured in one graph uses its own set of slots, pages, q and out (rotating
@@ -22,6 +23,7 @@ from dsv4_decode.bench.results import RESULTS_DIR, Row, case_key, print_table, w
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.engine import cache as C
 from dsv4_decode.ops.sparse_attn import (
+    LAYOUTS,
     SparseAttnConfig,
     make_workspace,
     pick_config,
@@ -103,13 +105,19 @@ def _timed(fn_for_set, sets: int, replays: int = 20) -> float:
     return graph_time_us(call, calls=CALLS, replays=replays)
 
 
-def bench_case(requests: int, q_len: int, heads: int, compiled) -> list[Row]:
+def bench_case(requests: int, q_len: int, heads: int, compiled, layouts: bool = False
+               ) -> list[Row]:
     inp = Inputs(requests, q_len, heads, SELECTED, CALLS)
     case = case_key(requests=requests, q_len=q_len, heads=heads, selected=SELECTED)
     floor = inp.floor_bytes(requests, q_len, heads)
     rows = []
     cfg = pick_config(inp.rows, heads, D, WINDOW, SELECTED)
-    for impl, c in [("ours", cfg)]:
+    impls = [("ours", cfg)]
+    if layouts:  # every other named layout as its own implementation, split by the rule
+        impls += [(f"ours_{name}", SparseAttnConfig.pick(inp.rows, heads, D, WINDOW, SELECTED,
+                                                         **lay))
+                  for name, lay in LAYOUTS.items() if name != "default"]
+    for impl, c in impls:
         ws = make_workspace(inp.rows, heads, D, WINDOW, SELECTED, "cuda", c)
 
         def ours(s, c=c, ws=ws):
@@ -133,24 +141,37 @@ def bench_case(requests: int, q_len: int, heads: int, compiled) -> list[Row]:
     return rows
 
 
+SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1, 1, 16)]
+
+
+def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
+    """Named configs for one shape: every layout of ``LAYOUTS`` as the rule splits it, the same
+    layouts with other step counts (fewer splits x more steps, and the reverse), and the
+    older alternatives (fused merge, register cap, 4 warps)."""
+    out = {}
+    for name, layout in LAYOUTS.items():
+        base = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, **layout)
+        out[name] = base
+        steps = max(base.w_steps, base.c_steps)
+        lay = dict(num_warps=base.num_warps, dim_split=base.dim_split)
+        for st in (steps // 2, steps * 2):
+            c = SparseAttnConfig.with_steps(16, base.block_n, st, WINDOW, SELECTED, **lay)
+            if st >= 1 and c != base and c.n_split <= 10:
+                out[f"{name}_steps{st}"] = c
+    base = out["default"]
+    out["fused"] = dataclasses.replace(base, fused_merge=True)
+    out["maxnreg128"] = dataclasses.replace(base, maxnreg=128)  # 2 CTAs/SM, ~470 B spills
+    out["warps4"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, num_warps=4)
+    return out
+
+
 def sweep(cases) -> None:
-    """Time config variants around the default (printed only; for choosing the default rule)."""
+    """Time the variants of ``sweep_variants`` (printed, then one table; no CSV rows)."""
+    table: dict[str, dict[str, float | str]] = {}
     for b, ql, h in cases:
         inp = Inputs(b, ql, h, SELECTED, CALLS)
-        base = pick_config(inp.rows, h, D, WINDOW, SELECTED)
-        steps = max(base.w_steps, base.c_steps)
-        with_steps = SparseAttnConfig.with_steps
-        variants = {"default": base,
-                    "fused": dataclasses.replace(base, fused_merge=True),
-                    "maxnreg128": dataclasses.replace(base, maxnreg=128),
-                    "maxnreg168": dataclasses.replace(base, maxnreg=168),
-                    "stages2": dataclasses.replace(base, num_stages=2),
-                    "warps4": dataclasses.replace(base, num_warps=4),
-                    "block_n16": with_steps(16, 16, 2 * steps, WINDOW, SELECTED, num_warps=8),
-                    "block_h32": with_steps(32, 32, steps, WINDOW, SELECTED, num_warps=8)}
-        for st in sorted({1, 2, 3, 5, 10, 20} - {steps}):
-            variants[f"steps{st}"] = with_steps(16, 32, st, WINDOW, SELECTED, num_warps=8)
-        for name, c in variants.items():
+        key = f"{b}x{ql}x{h}"
+        for name, c in sweep_variants(inp.rows, h).items():
             ws = make_workspace(inp.rows, h, D, WINDOW, SELECTED, "cuda", c)
 
             def f(s, c=c, ws=ws, inp=inp):
@@ -158,10 +179,19 @@ def sweep(cases) -> None:
                 sparse_attn(*a, **kw, out=inp.sets[s]["out"], workspace=ws, config=c)
 
             try:
-                us = f"{_timed(f, CALLS):9.2f} us"
+                us = _timed(f, CALLS)
+                shown = f"{us:9.2f} us"
             except Exception as err:
-                us = f"failed: {type(err).__name__}: {str(err)[:200]}"
-            print(f"requests={b},q_len={ql},heads={h} {name:13s} {us}  {c}", flush=True)
+                us, shown = "fail", f"failed: {type(err).__name__}: {str(err)[:200]}"
+            table.setdefault(name, {})[key] = us
+            print(f"requests={b},q_len={ql},heads={h} {name:22s} {shown}  {c}", flush=True)
+    keys = [f"{b}x{ql}x{h}" for b, ql, h in cases]
+    print("\n| variant | " + " | ".join(keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for name, row in table.items():
+        cells = [row.get(k, "") for k in keys]
+        print(f"| {name} | " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v)
+                                          for v in cells) + " |")
 
 
 def main(argv=None) -> None:
@@ -174,25 +204,41 @@ def main(argv=None) -> None:
                    help="skip the torch.compile baseline")
     p.add_argument("--sweep", action="store_true",
                    help="only time launch-config variants of ours (printed, no CSV rows)")
+    p.add_argument("--layouts", action="store_true",
+                   help="also time every named layout of LAYOUTS (impl ours_<name>)")
+    p.add_argument("--cases", default=None,
+                   help="comma-separated requests x q_len x heads, e.g. 1x6x16,32x6x16 "
+                        "(default: the sweep's or the bench's own list)")
     args = p.parse_args(argv)
+    picked = None
+    if args.cases:
+        try:
+            picked = [tuple(int(v) for v in c.split("x")) for c in args.cases.split(",")]
+        except ValueError:
+            p.error(f"--cases: needs RxQxH items like 8x6x16, got {args.cases!r}")
+        if any(len(c) != 3 for c in picked):
+            p.error(f"--cases: needs RxQxH items like 8x6x16, got {args.cases!r}")
     if not torch.cuda.is_available():
         raise SystemExit("bench sparse_attn: needs a CUDA GPU")
     if args.sweep:
-        sweep([(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64)])
+        sweep(picked or SWEEP_CASES)
         return
     if args.quick:
         cases = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64)]
     else:
         cases = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
+    if picked:
+        cases = picked
     compiled = None if args.no_compiled else torch.compile(sparse_attn_ref, dynamic=True)
     rows: list[Row] = []
     for b, ql, h in cases:
-        case_rows = bench_case(b, ql, h, compiled)
+        case_rows = bench_case(b, ql, h, compiled, args.layouts)
         for r in case_rows:  # progress, in case the run is cut short
             print(f"{r.case:45s} {r.impl:18s} {r.us:9.2f} us  floor {r.floor_us:.2f} us",
                   flush=True)
         rows += case_rows
-    print_table(rows, ["ours", "compiled"])
+    impls = ["ours"] + ([f"ours_{n}" for n in LAYOUTS if n != "default"] if args.layouts else [])
+    print_table(rows, impls + ["compiled"])
     path = write_rows(rows, "sparse_attn", args.out)
     print(f"appended {len(rows)} rows to {path}")
 

@@ -177,6 +177,28 @@ def _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, row, h, hmask, pos, out_ptr, co
 
 
 @triton.jit
+def _window_split(q_ptr, win_ptr, row, h, hmask, n_heads, slot, pos, win_ok, w_i0, w_hi, ring,
+                  qk_scale, WINDOW: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
+                  BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr):
+    """Window keys ``w_i0 .. w_hi`` of one row -> (m, l, acc [BLOCK_H, D])."""
+    q = tl.load(q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + tl.arange(0, D)[None, :],
+                mask=hmask[:, None], other=0.0)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, D], tl.float32)
+    codes, sc, valid = _window_load(win_ptr, slot, pos, win_ok, w_i0, w_hi, ring, WINDOW, D,
+                                    BLOCK_N)
+    for it in range(W_STEPS):
+        codes_n, sc_n, valid_n = _window_load(win_ptr, slot, pos, win_ok,
+                                              w_i0 + (it + 1) * BLOCK_N, w_hi, ring, WINDOW, D,
+                                              BLOCK_N)
+        k = _window_dequant(codes, sc, D, BLOCK_N)
+        m_i, l_i, acc = _attend(q, k, valid, m_i, l_i, acc, qk_scale)
+        codes, sc, valid = codes_n, sc_n, valid_n
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, slot,
                             sel_ok, c_0, c_hi, k_sel, n_pages, max_pages, qk_scale,
                             D: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -211,6 +233,177 @@ def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_h
     return m_i, l_i, tl.reshape(tl.join(acc_e, acc_o), (BLOCK_H, D))
 
 
+# ----------------------------------------------------------------------------- dim split
+# DIM_SPLIT = DS > 1: both products are batched over DS chunks of DC = D / DS dims, so that
+# Triton's batched mma layout gives each warp its own chunk (warpsPerCTA [num_warps, 1, 1];
+# DS = num_warps): S = sum over chunks of Q_c K_c^T (one cross-warp sum), acc_c += P K_c.
+# Every warp does distinct MMA work with short HMMA chains (the 2-d form at 8 warps computes
+# Q K^T twice, one 32-deep HMMA chain per warp, and re-reads all of q from shared memory each
+# step; here a warp reads its 16 x DC slice of q). Chunk c of a window key is dims
+# c*DC .. c*DC+DC-1; for the NVFP4 keys chunk c = par * DS/2 + j is the nibble `par` of record
+# bytes j*DC .. j*DC+DC-1 (dims 2*(j*DC+i)+par), so a chunk dequantises without interleave.
+# Registers: no raw record tile is held across a step (only the next step's addresses), so
+# 4-warp CTAs fit two per SM without spills (ptxas, sm_90a).
+
+
+@triton.jit
+def _chunk_dims(DS: tl.constexpr, DC: tl.constexpr, PAIRS: tl.constexpr):
+    """Dim of each chunk element, int32 [DS, 1, DC] (see the dim-split note above)."""
+    b = tl.arange(0, DS)[:, None, None]
+    i = tl.arange(0, DC)[None, None, :]
+    if PAIRS:
+        return 2 * ((b % (DS // 2)) * DC + i) + b // (DS // 2)
+    else:
+        return b * DC + i
+
+
+@triton.jit
+def _chunks_to_dims(acc, BLOCK_H: tl.constexpr, DS: tl.constexpr, DC: tl.constexpr,
+                    PAIRS: tl.constexpr):
+    """acc [DS, BLOCK_H, DC] in chunk order -> [BLOCK_H, DS * DC] in dim order (once, after
+    the last step)."""
+    if PAIRS:
+        a = tl.permute(tl.reshape(acc, (2, DS // 2, BLOCK_H, DC)), (2, 1, 3, 0))
+        return tl.reshape(a, (BLOCK_H, DS * DC))
+    else:
+        return tl.reshape(tl.permute(acc, (1, 0, 2)), (BLOCK_H, DS * DC))
+
+
+@triton.jit
+def _load_qt_chunks(q_ptr, row, h, hmask, n_heads, D: tl.constexpr, DS: tl.constexpr,
+                    PAIRS: tl.constexpr):
+    """The row's queries in chunk order, transposed: bf16 [DS, DC, BLOCK_H]."""
+    dims = tl.permute(_chunk_dims(DS, D // DS, PAIRS), (0, 2, 1))
+    offs = (row.to(tl.int64) * n_heads + h)[None, None, :] * D + dims
+    return tl.load(q_ptr + offs, mask=hmask[None, None, :], other=0.0)
+
+
+@triton.jit
+def _window_load_chunks(win_ptr, slot, pos, row_ok, i0, i_hi, ring, WINDOW: tl.constexpr,
+                        D: tl.constexpr, BLOCK_N: tl.constexpr, DS: tl.constexpr):
+    """``_window_load`` in chunk order: (codes [DS, BLOCK_N, DC], ue8m0 scales
+    [DS, BLOCK_N, DC/32], valid [BLOCK_N])."""
+    DC: tl.constexpr = D // DS
+    i = i0 + tl.arange(0, BLOCK_N)
+    kpos = pos - WINDOW + 1 + i
+    valid = (i < i_hi) & (kpos >= 0) & row_ok
+    rec = (slot.to(tl.int64) * ring + tl.where(valid, kpos % ring, 0)) * (D + D // 32)
+    b = tl.arange(0, DS)[:, None, None]
+    rec3 = rec[None, :, None]
+    m3 = valid[None, :, None]
+    codes = tl.load(win_ptr + rec3 + b * DC + tl.arange(0, DC)[None, None, :], mask=m3, other=0)
+    sc = tl.load(win_ptr + rec3 + D + b * (DC // 32) + tl.arange(0, DC // 32)[None, None, :],
+                 mask=m3, other=0)
+    return codes, sc, valid
+
+
+@triton.jit
+def _window_dequant_chunks(codes, sc, BLOCK_N: tl.constexpr, DS: tl.constexpr,
+                           DC: tl.constexpr):
+    """-> exact bf16 keys [DS, BLOCK_N, DC] (as ``_window_dequant``)."""
+    scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    c4 = tl.reshape(codes, (DS, BLOCK_N, DC // 32, 32))
+    vals = c4.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, :, None]
+    return tl.reshape(vals, (DS, BLOCK_N, DC)).to(tl.bfloat16)
+
+
+@triton.jit
+def _compressed_load_chunks(comp_ptr, rec, valid, D: tl.constexpr, DS: tl.constexpr):
+    """Raw NVFP4 records in chunk order: (packed bytes [DS, BLOCK_N, DC], e4m3 scales
+    [DS, BLOCK_N, DC/8]). Chunks c and c + DS/2 load the same bytes (their two nibbles): twice
+    the load instructions of the packed half, in exchange for no interleave."""
+    DC: tl.constexpr = D // DS
+    j = tl.arange(0, DS)[:, None, None] % (DS // 2)
+    rec3 = rec[None, :, None]
+    m3 = valid[None, :, None]
+    packed = tl.load(comp_ptr + rec3 + j * DC + tl.arange(0, DC)[None, None, :], mask=m3,
+                     other=0)
+    sc = tl.load(comp_ptr + rec3 + D // 2 + j * (DC // 8) + tl.arange(0, DC // 8)[None, None, :],
+                 mask=m3, other=0)
+    return packed, sc
+
+
+@triton.jit
+def _compressed_dequant_chunks(packed, sc, BLOCK_N: tl.constexpr, DS: tl.constexpr,
+                               DC: tl.constexpr):
+    """-> exact bf16 keys [DS, BLOCK_N, DC]: chunk c takes nibble c // (DS/2) of each byte,
+    decoded with the bit trick of ``_compressed_dequant_pairs``."""
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, :, None]
+    sh = 4 * (tl.arange(0, DS) // (DS // 2)).to(tl.uint32)[:, None, None, None]
+    p = tl.reshape(packed, (DS, BLOCK_N, DC // 8, 8)).to(tl.uint32) >> sh
+    bits = ((p << 22) & 0x01C00000) | (((p >> 3) & 1) << 31)
+    k = bits.to(tl.float32, bitcast=True) * 8.507059173023462e37 * scale  # 2^126
+    return tl.reshape(k, (DS, BLOCK_N, DC)).to(tl.bfloat16)
+
+
+@triton.jit
+def _attend_chunks(qt, k, valid, m_i, l_i, acc, qk_scale, DS: tl.constexpr,
+                   BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``_attend`` on chunked keys k [DS, BLOCK_N, DC], queries qt [DS, DC, BLOCK_H] and acc
+    [DS, BLOCK_H, DC]. The scores are computed transposed, S^T = sum over chunks of
+    K_c Q_c^T [BLOCK_N, BLOCK_H], so that K is not a transposed operand in either product
+    (with Q K^T, Triton kept a second, transposed copy of the tile in shared memory). m_i, l_i
+    are [BLOCK_H] along the columns of S^T."""
+    st = tl.sum(tl.dot(k, qt), 0) * qk_scale
+    st = tl.where(valid[:, None], st, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(st, 0))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    pt = tl.exp2(st - m_use[None, :])
+    l_i = l_i * alpha + tl.sum(pt, 0)
+    pb = tl.broadcast_to(tl.trans(pt.to(tl.bfloat16))[None, :, :], (DS, BLOCK_H, BLOCK_N))
+    acc = acc * alpha[None, :, None] + tl.dot(pb, k)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _window_split_chunks(q_ptr, win_ptr, row, h, hmask, n_heads, slot, pos, win_ok, w_i0, w_hi,
+                         ring, qk_scale, WINDOW: tl.constexpr, D: tl.constexpr,
+                         BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
+                         DS: tl.constexpr):
+    """Window keys ``w_i0 .. w_hi`` of one row, dim-split -> (m, l, acc [BLOCK_H, D])."""
+    DC: tl.constexpr = D // DS
+    qt = _load_qt_chunks(q_ptr, row, h, hmask, n_heads, D, DS, False)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([DS, BLOCK_H, DC], tl.float32)
+    for it in range(W_STEPS):  # no register prefetch (see _compressed_split_chunks)
+        codes, sc, valid = _window_load_chunks(win_ptr, slot, pos, win_ok, w_i0 + it * BLOCK_N,
+                                               w_hi, ring, WINDOW, D, BLOCK_N, DS)
+        k = _window_dequant_chunks(codes, sc, BLOCK_N, DS, DC)
+        m_i, l_i, acc = _attend_chunks(qt, k, valid, m_i, l_i, acc, qk_scale, DS, BLOCK_H,
+                                       BLOCK_N)
+    return m_i, l_i, _chunks_to_dims(acc, BLOCK_H, DS, DC, False)
+
+
+@triton.jit
+def _compressed_split_chunks(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, slot,
+                             sel_ok, c_0, c_hi, k_sel, n_pages, max_pages, qk_scale,
+                             D: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
+                             BLOCK_N: tl.constexpr, C_STEPS: tl.constexpr, DS: tl.constexpr):
+    """Index-list columns ``c_0 .. c_hi`` of one row, dim-split -> (m, l, acc [BLOCK_H, D])."""
+    DC: tl.constexpr = D // DS
+    qt = _load_qt_chunks(q_ptr, row, h, hmask, n_heads, D, DS, True)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([DS, BLOCK_H, DC], tl.float32)
+    # Only the record addresses are prefetched (one step ahead: the index -> page chain); the
+    # records are loaded at the start of their step, so that no raw tile is held across a step
+    # (registers: two CTAs per SM at 4 warps) and the other CTA hides that load.
+    rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
+                                  max_pages, D, PAGE, BLOCK_N)
+    for it in range(C_STEPS):
+        packed, sc = _compressed_load_chunks(comp_ptr, rec, valid, D, DS)
+        rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
+                                          c_0 + (it + 1) * BLOCK_N, c_hi, k_sel, n_pages,
+                                          max_pages, D, PAGE, BLOCK_N)
+        k = _compressed_dequant_chunks(packed, sc, BLOCK_N, DS, DC)
+        m_i, l_i, acc = _attend_chunks(qt, k, valid, m_i, l_i, acc, qk_scale, DS, BLOCK_H,
+                                       BLOCK_N)
+        rec, valid = rec_n, valid_n
+    return m_i, l_i, _chunks_to_dims(acc, BLOCK_H, DS, DC, True)
+
+
 @triton.jit
 def _sparse_attn_kernel(
     # inputs
@@ -224,7 +417,7 @@ def _sparse_attn_kernel(
     WINDOW: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
     N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
-    HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr,
+    HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr, DIM_SPLIT: tl.constexpr,
 ):
     pid_s = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -246,30 +439,31 @@ def _sparse_attn_kernel(
     acc = tl.zeros([BLOCK_H, D], tl.float32)
     # Each step issues the next step's loads before its own math (one-step prefetch; for the
     # compressed keys the index and block-table loads run two steps ahead).
-    # The two branches use disjoint names: Triton yields every name bound in both branches of a
-    # runtime `if`, and the raw tiles of the two record kinds have different shapes.
     if pid_s < N_WSPLIT:
-        q = tl.load(q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :],
-                    mask=hmask[:, None], other=0.0)
         w_i0 = pid_s * (W_STEPS * BLOCK_N)
         w_hi = tl.minimum(w_i0 + W_STEPS * BLOCK_N, WINDOW)
-        w_codes, w_sc, w_valid = _window_load(win_ptr, w_slot, pos, win_ok, w_i0, w_hi, ring,
-                                              WINDOW, D, BLOCK_N)
-        for w_it in range(W_STEPS):
-            w_codes_n, w_sc_n, w_valid_n = _window_load(win_ptr, w_slot, pos, win_ok,
-                                                        w_i0 + (w_it + 1) * BLOCK_N, w_hi, ring,
-                                                        WINDOW, D, BLOCK_N)
-            w_k = _window_dequant(w_codes, w_sc, D, BLOCK_N)
-            m_i, l_i, acc = _attend(q, w_k, w_valid, m_i, l_i, acc, qk_scale)
-            w_codes, w_sc, w_valid = w_codes_n, w_sc_n, w_valid_n
+        if DIM_SPLIT > 1:
+            m_i, l_i, acc = _window_split_chunks(
+                q_ptr, win_ptr, row, h, hmask, n_heads, w_slot, pos, win_ok, w_i0, w_hi, ring,
+                qk_scale, WINDOW, D, BLOCK_H, BLOCK_N, W_STEPS, DIM_SPLIT)
+        else:
+            m_i, l_i, acc = _window_split(
+                q_ptr, win_ptr, row, h, hmask, n_heads, w_slot, pos, win_ok, w_i0, w_hi, ring,
+                qk_scale, WINDOW, D, BLOCK_H, BLOCK_N, W_STEPS)
     else:
         if HAS_SEL:
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * BLOCK_N)
             c_hi = tl.minimum(c_0 + C_STEPS * BLOCK_N, k_sel)
-            m_i, l_i, acc = _compressed_split_pairs(
-                q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
-                c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
-                C_STEPS)
+            if DIM_SPLIT > 1:
+                m_i, l_i, acc = _compressed_split_chunks(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
+                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
+                    C_STEPS, DIM_SPLIT)
+            else:
+                m_i, l_i, acc = _compressed_split_pairs(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
+                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
+                    C_STEPS)
 
     if N_SPLIT == 1:
         _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
@@ -333,7 +527,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         PAGE=compressed.shape[1] if has_sel else 1, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
         HAS_SEL=has_sel,
-        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge,
+        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, DIM_SPLIT=cfg.dim_split,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )

@@ -178,6 +178,8 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
         cfg = config or pick_config(t, h, d, window, n_sel, device)
     _need(cfg.check(window, n_sel), f"config: inconsistent with window {window} and "
           f"{n_sel} index columns: {cfg}")
+    _need(cfg.fits_head_dim(d), f"config: dim_split {cfg.dim_split} needs a power of two "
+          f"leaving chunks of >= 32 of the {d} dims")
     if cfg.n_split > 1 and workspace is None:
         workspace = make_workspace(t, h, d, window, n_sel, device, cfg)
     if out is None:

@@ -12,9 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_SPLITS = 8  # beyond this the merge (n_split partial [heads, D] reads) costs more than it saves
-# 16 heads x 32 keys x 512 dims at 8 warps takes 255 registers/thread: the 256 threads fill the
-# 64K-register file, so one CTA per SM (ptxas -v, sm_90a).
-CTAS_PER_SM = 1
+# Registers decide how many CTAs share an SM: ptxas (sm_90a) gives every layout here 180-255
+# registers a thread, so 8-warp CTAs run one per SM (the 64K-register file) and 4-warp CTAs two.
+REGISTERS = 65536
+REGS_PER_THREAD = 256  # allocation granule of a 255-register thread
+
+# Named launch layouts (``SparseAttnConfig.pick(..., **LAYOUTS[name])``), the candidates for the
+# default at head dim 512, timed side by side by ``bench sparse_attn --sweep`` (session 3; see
+# docs/kernels/sparse_attn.md). ptxas, sm_90a, 16 heads: registers / spills / CTAs per SM.
+LAYOUTS = {
+    "default": {},  # 32 keys, 8 warps, 2-d products: 223 regs, 1 CTA/SM
+    "block_n64": dict(block_n=64),  # 64 keys a step, 8 warps: 252 regs, 1 CTA/SM
+    "dim_split8": dict(dim_split=8),  # 32 keys, 8 warps x 64-dim chunks: 185 regs, 1 CTA/SM
+    # 16 keys, 4 warps x 128-dim chunks: 238 regs, 2 CTAs/SM
+    "dim_split4": dict(block_n=16, num_warps=4, dim_split=4),
+}
 
 
 @dataclass(frozen=True)
@@ -31,23 +43,37 @@ class SparseAttnConfig:
     # round-1 H200 size (by 0.2-3.9 us) and needs no arrival counters
     fused_merge: bool = False
     maxnreg: int | None = None  # register cap (e.g. 128: two 8-warp CTAs per SM, some spills)
+    # > 1: both products batched over dim_split chunks of head_dim / dim_split dims, one chunk
+    # per warp (dim_split == num_warps): distinct MMA work per warp, q chunk in registers
+    dim_split: int = 1
 
     @property
     def n_split(self) -> int:
         return self.n_wsplit + self.n_csplit
 
+    @property
+    def ctas_per_sm(self) -> int:
+        """CTAs of this config one SM holds at once, from the register file."""
+        return max(REGISTERS // (32 * self.num_warps * (self.maxnreg or REGS_PER_THREAD)), 1)
+
     @staticmethod
     def pick(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
-             sm_count: int = 132, fused_merge: bool = False) -> SparseAttnConfig:
+             sm_count: int = 132, fused_merge: bool = False, *, block_n: int | None = None,
+             num_warps: int | None = None, dim_split: int = 1) -> SparseAttnConfig:
         """The default for these shapes: the steps per split that minimise ``waves x steps``
-        (``_steps``), ties to fewer splits (each adds a partial-result round trip)."""
-        # 16 heads x 32 keys x 512 dims at 8 warps compiles to 255 registers without spills;
-        # 32 heads spill (about 1.2 KB/thread), so more heads take more head blocks.
+        (``_steps``), ties to fewer splits (each adds a partial-result round trip).
+        ``block_n`` / ``num_warps`` / ``dim_split`` pick another layout (the same rule then
+        sizes its splits, with that layout's CTAs per SM)."""
+        # 16 heads x 32 keys x 512 dims at 8 warps compiles to 223-255 registers without
+        # spills; 32 heads spill (about 500 B/thread), so more heads take more head blocks.
         block_h = 16
-        block_n = 32 if head_dim >= 256 else 16
+        block_n = block_n or (32 if head_dim >= 256 else 16)
+        num_warps = num_warps or (8 if head_dim >= 256 else 4)
+        layout = SparseAttnConfig(block_h, block_n, 1, 1, 0, 0, num_warps, dim_split=dim_split)
+        slots = layout.ctas_per_sm * sm_count
         return SparseAttnConfig.with_steps(
-            block_h, block_n, _steps(rows, heads, block_h, block_n, window, n_sel, sm_count),
-            window, n_sel, num_warps=8 if head_dim >= 256 else 4, fused_merge=fused_merge)
+            block_h, block_n, _steps(rows, heads, block_h, block_n, window, n_sel, slots),
+            window, n_sel, num_warps=num_warps, fused_merge=fused_merge, dim_split=dim_split)
 
     @staticmethod
     def with_steps(block_h: int, block_n: int, steps: int, window: int, n_sel: int,
@@ -66,15 +92,20 @@ class SparseAttnConfig:
         return (self.block_h >= 16 and self.block_n >= 16 and self.w_steps > 0
                 and self.n_wsplit == -(-w_units // self.w_steps) and ok_c)
 
+    def fits_head_dim(self, head_dim: int) -> bool:
+        """Whether ``dim_split`` works at ``head_dim``: 1, or a power of two >= 2 leaving chunks
+        of >= 32 dims (one ue8m0 block of the window records, >= 16 for the MMA's K)."""
+        ds = self.dim_split
+        return ds == 1 or (ds >= 2 and ds & (ds - 1) == 0 and head_dim // ds >= 32)
 
-def _steps(rows, heads, block_h, block_n, window, n_sel, sm_count) -> int:
+
+def _steps(rows, heads, block_h, block_n, window, n_sel, slots) -> int:
     """Steps per split. Round 1 on the H200 ran at about (10 + 3.7 x waves x steps) us: a CTA's
-    time is its step count (each step a serial gather -> dequantise -> 2 MMAs), CTAs beyond
-    ``CTAS_PER_SM x sm_count`` wait for a whole earlier wave. So pick the steps that minimise
+    time is its step count (each step a serial gather -> dequantise -> 2 MMAs), CTAs beyond the
+    ``slots`` (CTAs per SM x SMs) wait for a whole earlier wave. So pick the steps that minimise
     ``ceil(CTAs / slots) x steps`` over at most ``MAX_SPLITS`` splits, ties to fewer splits."""
     w_units, c_units = -(-window // block_n), -(-n_sel // block_n)
     groups = max(rows * -(-heads // block_h), 1)
-    slots = CTAS_PER_SM * sm_count
     best = None
     for steps in range(1, max(w_units, c_units) + 1):
         n_split = -(-w_units // steps) + -(-c_units // steps)
