@@ -147,7 +147,8 @@ SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1,
 def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: every layout of ``LAYOUTS`` as the rule splits it, the same
     layouts with other step counts (fewer splits x more steps, and the reverse), and the
-    older alternatives (fused merge, register cap, 4 warps)."""
+    older alternatives (fused merge, register cap, 4 warps); ``_pdl``: the merge kernel as a
+    programmatic dependent launch."""
     out = {}
     for name, layout in LAYOUTS.items():
         base = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, **layout)
@@ -159,6 +160,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
             if st >= 1 and c != base and c.n_split <= 10:
                 out[f"{name}_steps{st}"] = c
     base = out["default"]
+    for name in ("default", "block_n64"):  # merge kernel as a programmatic dependent launch
+        out[f"{name}_pdl"] = dataclasses.replace(out[name], pdl=True)
     out["fused"] = dataclasses.replace(base, fused_merge=True)
     out["maxnreg128"] = dataclasses.replace(base, maxnreg=128)  # 2 CTAs/SM, ~470 B spills
     out["warps4"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, num_warps=4)

@@ -297,13 +297,16 @@ LAYOUT_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", [n for n in LAYOUTS if n != "default"])
+@pytest.mark.parametrize("layout", [n for n in LAYOUTS if n != "default"] + ["default_pdl"])
 @pytest.mark.parametrize("case", LAYOUT_CASES, ids=lambda c: c.id)
 def test_gpu_layouts(case, layout):
-    """The named layouts at production shapes, split by the rule for their CTAs per SM."""
+    """The named layouts at production shapes, split by the rule for their CTAs per SM (and
+    the default with the merge kernel as a programmatic dependent launch)."""
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    check(inp, config=SparseAttnConfig.pick(t, h, 512, 128, case.n_sel, **LAYOUTS[layout]))
+    pdl = layout.endswith("_pdl")
+    cfg = SparseAttnConfig.pick(t, h, 512, 128, case.n_sel, **LAYOUTS[layout.removesuffix("_pdl")])
+    check(inp, config=dataclasses.replace(cfg, pdl=pdl))
 
 
 @pytest.mark.gpu
@@ -323,12 +326,16 @@ def test_gpu_merge_repeatable(fused):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fused", [True, False])
-def test_gpu_graph_replay_new_indices_and_positions(fused):
+@pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl"])
+def test_gpu_graph_replay_new_indices_and_positions(merge):
+    """Replays of one captured call with new indices, positions and q (the merge kernel also
+    as a programmatic dependent launch: a PDL edge inside the graph)."""
     dev = torch.device("cuda")
     inp = Inputs(Case(4, 6, 16, 512, **PROD), dev)
     t = inp.q.shape[0]
-    cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=fused)
+    fused = merge == "fused"
+    cfg = dataclasses.replace(SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=fused),
+                              pdl=merge == "kernel_pdl")
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
     out = torch.empty_like(inp.q)
     run = lambda: sparse_attn(*inp.args(), **inp.kwargs(), out=out, workspace=ws)
@@ -397,11 +404,11 @@ def build(fn, const, num_warps):
 out = {}
 
 
-def main(name, cfg, n_sel, fused):
+def main(name, cfg, n_sel, fused, pdl=False):
     const = dict(WINDOW=128, D=512, R2=32, PAGE=64, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
                  W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
                  N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused,
-                 DIM_SPLIT=cfg.dim_split)
+                 DIM_SPLIT=cfg.dim_split, PDL=pdl)
     out[name] = build(K._sparse_attn_kernel, const, cfg.num_warps)
 
 
@@ -410,9 +417,11 @@ for heads, n_sel, fused in ((16, 512, True), (64, 512, False), (16, 0, True)):
          n_sel, fused)
 for name, layout in LAYOUTS.items():
     if name != "default":
-        main(name, SparseAttnConfig.pick(48, 16, 512, 128, 512, **layout), 512, False)
-const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=8, HAS_SINK=True)
-out["merge"] = build(K._merge_kernel, const, 4)
+        main(name, SparseAttnConfig.pick(48, 16, 512, 128, 512, **layout), 512, False,
+             pdl=name == "block_n64")
+for pdl in (False, True):
+    const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=8, HAS_SINK=True, PDL=pdl)
+    out[f"merge-pdl{pdl}"] = build(K._merge_kernel, const, 4)
 print(json.dumps(out))
 '''
 

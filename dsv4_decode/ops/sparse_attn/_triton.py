@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 MERGE_DIMS = 128  # dims per merge-kernel CTA (16 heads x 128 dims x 4 B = 8 KB per partial)
@@ -418,7 +419,10 @@ def _sparse_attn_kernel(
     PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
     N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
     HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr, DIM_SPLIT: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # the merge kernel may launch once every CTA here has started (it waits for us)
+        gdc_launch_dependents()
     pid_s = tl.program_id(0)
     pid_h = tl.program_id(1)
     row = tl.program_id(2)
@@ -489,14 +493,19 @@ def _sparse_attn_kernel(
 @triton.jit
 def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, pos_ptr, out_ptr, cos_ptr, sin_ptr, sink_ptr,
                   n_heads, n_cos, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
-                  BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
+                  BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr,
+                  PDL: tl.constexpr):
     """One CTA per (head block, row, DM-dim chunk): DM = 128 of 512 dims makes 4x the CTAs,
-    each reading a quarter of the partials, so the merge's serial load time shrinks 4x."""
+    each reading a quarter of the partials, so the merge's serial load time shrinks 4x.
+    PDL: launched as a programmatic dependent of the attention kernel, so the CTAs start while
+    the attention CTAs run and wait (griddepcontrol.wait) only before reading the partials."""
     pid_h = tl.program_id(0)
     row = tl.program_id(1)
     d0 = tl.program_id(2) * DM
     h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    pos = tl.load(pos_ptr + row)
+    pos = tl.load(pos_ptr + row)  # an input of the step, not written by the attention kernel
+    if PDL:
+        gdc_wait()
     group = row * tl.num_programs(0) + pid_h
     _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, group * N_SPLIT, row, h, h < n_heads, pos, out_ptr,
            cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, d0, D, DM, R2, BLOCK_H, N_SPLIT, HAS_SINK)
@@ -516,6 +525,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     sink = sinks if sinks is not None else cos
     ws_acc, ws_m, ws_l, cnt = ws if ws is not None else (out, cos, cos, row_slots)
     grid = (cfg.n_split, n_hb, t)
+    # programmatic dependent launch only where there is a merge kernel and a GPU to run it
+    pdl = cfg.pdl and q.is_cuda and cfg.n_split > 1 and not cfg.fused_merge
     _sparse_attn_kernel[grid](
         q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
         out, ws_acc, ws_m, ws_l, cnt,
@@ -528,7 +539,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
         HAS_SEL=has_sel,
         HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, DIM_SPLIT=cfg.dim_split,
-        num_warps=cfg.num_warps,
+        PDL=pdl, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     if cfg.n_split > 1 and not cfg.fused_merge:
@@ -536,5 +547,6 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         _merge_kernel[(n_hb, t, d // dm)](
             ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
             D=d, DM=dm, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
-            HAS_SINK=sinks is not None, num_warps=4,
+            HAS_SINK=sinks is not None, PDL=pdl, num_warps=4,
+            **({"launch_pdl": True} if pdl else {}),
         )

@@ -46,6 +46,9 @@ class SparseAttnConfig:
     # > 1: both products batched over dim_split chunks of head_dim / dim_split dims, one chunk
     # per warp (dim_split == num_warps): distinct MMA work per warp, q chunk in registers
     dim_split: int = 1
+    # launch the merge kernel as a programmatic dependent (Hopper+, CUDA only): its launch and
+    # its position / RoPE loads overlap the attention kernel's tail
+    pdl: bool = False
 
     @property
     def n_split(self) -> int:
