@@ -13,6 +13,9 @@ Six launches per MoE layer (seven with a split-K W1|W3), all with grids fixed by
 5. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``;
 6. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order.
 
+act_format "mxfp8" adds ``_mx8_quant_kernel`` (x -> MXFP8) before 4; 4, 4b and 5 then read and
+write MXFP8 activations and run e4m3 MMAs (``FP8`` constexpr, "FP8 tensor cores" below).
+
 No float atomics anywhere: every output element is written by one CTA with a fixed reduction
 order, so replays are bitwise identical.
 """
