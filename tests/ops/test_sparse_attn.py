@@ -419,9 +419,10 @@ for name, layout in LAYOUTS.items():
     if name != "default":
         main(name, SparseAttnConfig.pick(48, 16, 512, 128, 512, **layout), 512, False,
              pdl=name == "block_n64")
-for pdl in (False, True):
-    const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=8, HAS_SINK=True, PDL=pdl)
-    out[f"merge-pdl{pdl}"] = build(K._merge_kernel, const, 4)
+for n_split, pdl in ((8, False), (20, True)):  # 20: one step a split at 1 request (sweep)
+    const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=n_split, HAS_SINK=True,
+                 PDL=pdl)
+    out[f"merge-{n_split}-pdl{pdl}"] = build(K._merge_kernel, const, 4)
 print(json.dumps(out))
 '''
 
