@@ -269,24 +269,30 @@ def _mx4f8_dot(acc, xq_ptr, xs_ptr, rows, row_ok, it, K: tl.constexpr, w_ptr, s_
     ``BK % 64 == 0``) for W in the FP8-pair layout (uint8 ``[N, K/2]``, ue8m0 ``[N, K/32]``)
     and MXFP8 activations ``xq`` e4m3 ``[rows, K]`` with ue8m0 ``xs [rows, K/32]``: one e4m3
     MMA per 32-deep group, times ``2^(s_w - 121) * 2^(s_x - 127)``, added in fp32."""
+    G: tl.constexpr = BLOCK_K // 32
+    # the K step's scales in one load each; column j picked by a constant mask (in registers)
+    offs_g = it * G + tl.arange(0, G)
+    sw = _scale_w(tl.load(s_ptr + offs_n[:, None] * (K // 32) + offs_g[None, :],
+                          mask=n_ok[:, None], other=0))
+    sx = _ue8m0_to_f32(tl.load(xs_ptr + rows[:, None] * (K // 32) + offs_g[None, :],
+                               mask=row_ok[:, None], other=0))
+    cols = tl.arange(0, G)[None, :]
     for cc in tl.static_range(BLOCK_K // 64):
         c = it * (BLOCK_K // 64) + cc
         q = tl.load(w_ptr + offs_n[:, None] * (K // 2) + c * 32 + tl.arange(0, 32)[None, :],
                     mask=n_ok[:, None], other=0)
         wa, wb = _f8_pair(q, INTERPRETER)
-        sw = tl.load(s_ptr + offs_n[:, None] * (K // 32) + 2 * c + tl.arange(0, 2)[None, :],
-                     mask=n_ok[:, None], other=0)
-        swa, swb = tl.split(sw)
         offs_k = c * 64 + tl.arange(0, 32)
         xa = tl.load(xq_ptr + rows[None, :] * K + offs_k[:, None], mask=row_ok[None, :],
                      other=0.0)
         xb = tl.load(xq_ptr + rows[None, :] * K + 32 + offs_k[:, None], mask=row_ok[None, :],
                      other=0.0)
-        sx = tl.load(xs_ptr + rows[:, None] * (K // 32) + 2 * c + tl.arange(0, 2)[None, :],
-                     mask=row_ok[:, None], other=0)
-        sxa, sxb = tl.split(sx)
-        acc += tl.dot(wa, xa) * (_scale_w(swa)[:, None] * _ue8m0_to_f32(sxa)[None, :])
-        acc += tl.dot(wb, xb) * (_scale_w(swb)[:, None] * _ue8m0_to_f32(sxb)[None, :])
+        swa = tl.sum(tl.where(cols == 2 * cc, sw, 0.0), axis=1)
+        swb = tl.sum(tl.where(cols == 2 * cc + 1, sw, 0.0), axis=1)
+        sxa = tl.sum(tl.where(cols == 2 * cc, sx, 0.0), axis=1)
+        sxb = tl.sum(tl.where(cols == 2 * cc + 1, sx, 0.0), axis=1)
+        acc += tl.dot(wa, xa) * (swa[:, None] * sxa[None, :])
+        acc += tl.dot(wb, xb) * (swb[:, None] * sxb[None, :])
     return acc
 
 
