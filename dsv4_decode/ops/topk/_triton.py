@@ -39,6 +39,8 @@ COL_MASK = tl.constexpr(ref.COL_MASK)
 NEG_INF_KEY1 = tl.constexpr(ref.NEG_INF_KEY1)
 PIN_KEY1 = tl.constexpr(ref.PIN_KEY1)
 TIE_SHIFT = tl.constexpr(ref.COL_BITS + 1)  # scratch entries: flag << 21 | index
+RANK_SHIFT = tl.constexpr(17)  # buffer keys: rank inside the span << 17 | key1 (key1 < 2**17)
+RANK_MASK = tl.constexpr((1 << 17) - 1)
 
 
 @triton.jit
@@ -306,88 +308,92 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
 @triton.jit
 def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pbuf_ptr, cc_ptr,
                     stride_x, stride_s, stride_b, stride_cc, cols, BLOCK: tl.constexpr,
-                    CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr, G: tl.constexpr):
-    # A program takes G adjacent chunks (G * NSEG segments) and re-reads only the segments
-    # whose maximum (stored by pass 1) reaches T0: ~1.4k of a row's segments on random data,
-    # a few % of a 1M row. The active segments are compacted into rounds of NSEG (one
-    # [NSEG, SEG] gather, loads in flight together); each round takes ONE atomic for its
-    # buffer room. Every candidate is written with its rank inside its chunk, so the buffer
-    # order the atomics give never matters to the select.
+                    CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr, G: tl.constexpr,
+                    A: tl.constexpr):
+    # A program takes a span of G adjacent chunks (G * NSEG segments of SEG elements) and
+    # appends its elements >= T0 to the row's buffer, each with its rank inside the span (so
+    # the buffer order the atomics give never matters to the select) and the span's count.
+    # G == 1 (small grids, latency-bound, the row in L2): the whole chunk in one [NSEG, SEG]
+    # load, in flight with the threshold's. G > 1: only the segments whose maximum (pass 1)
+    # reaches T0, ~1.4k of a row's segments on random data (a few % of a 1M row), compacted
+    # into rounds of A segments (one [A, SEG] gather); one atomic per round.
     SEG: tl.constexpr = CHUNK // NSEG
     NS: tl.constexpr = G * NSEG
     row = tl.program_id(0)
-    c0 = tl.program_id(1) * G
+    span = tl.program_id(1)
+    c0 = span * G
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
-    j = tl.arange(0, G)
-    n_g = tl.zeros([G], dtype=tl.int32)  # candidates per chunk so far
+    a = tl.arange(0, A)
+    total = len_e * 0  # candidates of this span so far
     if c0 * CHUNK < len_e:
         t0 = tl.load(thr_ptr + row)
-        sid = tl.arange(0, NS)  # segment c0 * NSEG + sid; pass 1 stored those before the length
-        sm = tl.load(smax_ptr + row.to(tl.int64) * stride_s + c0 * NSEG + sid,
-                     mask=(c0 * NSEG + sid) * SEG < len_e, other=0)
-        act = sm >= t0  # t0 >= 1: segments past the length (0) never are
-        n_act = tl.sum(act.to(tl.int32), axis=0)
-        slot = tl.cumsum(act.to(tl.int32), axis=0) - 1
-        a = tl.arange(0, NSEG)
-        r0 = n_act * 0
-        while r0 < n_act:  # rounds of NSEG active segments (a while: the interpreter cannot
-            ra = r0 + a      # range over a tensor)
-            ok = ra < n_act
-            seg = tl.sum(tl.where(act[None, :] & (slot[None, :] == ra[:, None]), sid[None, :],
-                                  0), axis=1)  # [NSEG] the round's segments, ascending
+        if G == 1:
+            n_act = len_e * 0 + A
+        else:
+            sid = tl.arange(0, NS)  # pass 1 stored every segment before the length
+            sm = tl.load(smax_ptr + row.to(tl.int64) * stride_s + c0 * NSEG + sid,
+                         mask=(c0 * NSEG + sid) * SEG < len_e, other=0)
+            act = sm >= t0  # t0 >= 1: segments past the length (0) never are
+            n_act = tl.sum(act.to(tl.int32), axis=0)
+            slot = tl.cumsum(act.to(tl.int32), axis=0) - 1
+        r0 = len_e * 0
+        while r0 < n_act:  # (a while: the interpreter cannot range over a tensor)
+            if G == 1:
+                seg = a
+                ok = a < NSEG
+            else:
+                ok = r0 + a < n_act
+                seg = tl.sum(tl.where(act[None, :] & (slot[None, :] == (r0 + a)[:, None]),
+                                      sid[None, :], 0), axis=1)  # the round's segments, ascending
             e = (c0 * NSEG + seg)[:, None] * SEG + tl.arange(0, SEG)[None, :]
             e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
             if BLOCK == 1:
                 key1 = _element_keys(x_row, e, length, len_e, BLOCK)
             else:
-                key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [NSEG * SEG]), length,
-                                                len_e, BLOCK), [NSEG, SEG])
-            cand = (key1 >= t0) & ok[:, None]
+                key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [A * SEG]), length, len_e,
+                                                BLOCK), [A, SEG])
+            cand = key1 >= t0
             n_a = tl.sum(cand.to(tl.int32), axis=1)
             n_r = tl.sum(n_a, axis=0)
             if n_r > 0:
                 base = tl.atomic_add(cnt_ptr + row, n_r)
-                ch = seg // NSEG  # chunk of each slot, 0..G-1 (non-decreasing over slots)
-                before = tl.sum(tl.where((ch[None, :] == ch[:, None]) & (a[None, :] < a[:, None]),
-                                         n_a[None, :], 0), axis=1)
-                seen = tl.sum(tl.where(j[None, :] == ch[:, None], n_g[None, :], 0), axis=1)
-                inseg = tl.cumsum(cand.to(tl.int32), axis=1) - 1
-                pos = base + (tl.cumsum(n_a, axis=0) - n_a)[:, None] + inseg
-                rank = (seen + before)[:, None] + inseg
+                before = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32),
+                                                                            axis=1) - 1
+                pos = base + before
                 keep = cand & (pos < CAP)
-                tl.store(kb_ptr + pos, key1, mask=keep)
-                tl.store(pb_ptr + pos, (rank << COL_BITS) | e, mask=keep)
-                n_g += tl.sum(tl.where(j[:, None] == ch[None, :], n_a[None, :], 0), axis=1)
-            r0 += NSEG
-    tl.store(cc_ptr + row.to(tl.int64) * stride_cc + c0 + j, n_g)  # every chunk, 0 past length
+                tl.store(kb_ptr + pos, ((total + before) << RANK_SHIFT) | key1, mask=keep)
+                tl.store(pb_ptr + pos, e, mask=keep)
+            total += n_r
+            r0 += A
+    tl.store(cc_ptr + row.to(tl.int64) * stride_cc + span, total)  # every span, 0 past length
 
 
 @triton.jit
-def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_chunks, pre_ptr, sc_ptr, o_ptr, K,
-                 SIZE: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr):
+def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_spans, pre_ptr, sc_ptr, o_ptr, K,
+                 SIZE: tl.constexpr, SPAN: tl.constexpr, NCH: tl.constexpr):
     """Exact top-K of the row's n (<= SIZE) candidates, written in ascending index order.
 
-    tau = the K-th largest key1. The candidates are then put in index order (chunk prefix of
-    the per-chunk counts + rank inside the chunk: independent of the order the atomics gave the
+    tau = the K-th largest key1. The candidates are then put in index order (span prefix of
+    the per-span counts + rank inside the span: independent of the order the atomics gave the
     buffer), where one prefix sum ranks the ties at tau so the lowest indices win, and a second
     one packs the kept indices.
     """
     i = tl.arange(0, SIZE)
     m = i < n
-    key1 = tl.load(kb_ptr + i, mask=m, other=0)
-    packed = tl.load(pb_ptr + i, mask=m, other=0)
-    idx = packed & COL_MASK
+    packed = tl.load(kb_ptr + i, mask=m, other=0)
+    key1 = packed & RANK_MASK
+    idx = tl.load(pb_ptr + i, mask=m, other=0)
     tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     j = tl.arange(0, NCH)
-    cc = tl.load(cc_ptr + j, mask=j < n_chunks, other=0)
-    tl.store(pre_ptr + j, tl.cumsum(cc, axis=0) - cc, mask=j < n_chunks)
+    cc = tl.load(cc_ptr + j, mask=j < n_spans, other=0)
+    tl.store(pre_ptr + j, tl.cumsum(cc, axis=0) - cc, mask=j < n_spans)
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
-    order = tl.load(pre_ptr + idx // CHUNK, mask=m, other=0) + (packed >> COL_BITS)
+    order = tl.load(pre_ptr + idx // SPAN, mask=m, other=0) + (packed >> RANK_SHIFT)
     flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
     tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
     tl.debug_barrier()
@@ -440,8 +446,8 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 @triton.jit
 def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
-                   sc_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_chunks, K,
-                   BLOCK: tl.constexpr, CHUNK: tl.constexpr, NCH: tl.constexpr,
+                   sc_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_spans, K,
+                   BLOCK: tl.constexpr, SPAN: tl.constexpr, NCH: tl.constexpr,
                    SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
     row = tl.program_id(0)
     n = tl.load(cnt_ptr + row)
@@ -449,14 +455,19 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_
     cc_off = row.to(tl.int64) * stride_cc
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
-                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, CHUNK, NCH)
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_spans,
+                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, SPAN, NCH)
     elif n <= CAP:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_chunks,
-                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, CHUNK, NCH)
+        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_spans,
+                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, SPAN, NCH)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
+
+
+# Collect programs: (segments per round, warps) for dense chunks (G = 1) and pruned spans.
+COLLECT_A = (NSEG, NSEG)
+COLLECT_WARPS = (4, 4)
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
@@ -486,15 +497,16 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
         _threshold_kernel[(rows,)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, num_warps=8, **spans,
             **common)
+    log_g = collect_log2(rows, n_chunks)
     if stages >= 3:
-        log_g = collect_log2(rows, n_chunks)
         _collect_kernel[(rows, n_chunks >> log_g)](
             x16, lengths, ws.thr, ws.cnt, ws.smax, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
             ws.smax.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols, NSEG=NSEG,
-            CAP=cfg.cap, G=1 << log_g, num_warps=4, **common)
+            CAP=cfg.cap, G=1 << log_g, A=COLLECT_A[log_g > 0], num_warps=COLLECT_WARPS[log_g > 0],
+            **common)
     if stages >= 4:
         _select_kernel[(rows,)](
             x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,
-            x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
-            NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block,
-            num_warps=8, **common)
+            x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols,
+            n_chunks >> log_g, k, BLOCK=cfg.block, SPAN=cfg.chunk << log_g, NCH=cfg.max_chunks,
+            SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block, num_warps=8)
