@@ -595,6 +595,11 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
                          INTERPRETER=False)
             out[f"down-{name}-I{inter}"] = build(K._moe_down_kernel, const, cfg.num_warps,
                                                  cfg.num_stages, ptr=ptr)
+k256 = dict(D=D, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_K=256, FP8=True, INTERPRETER=False)
+out["up-mxfp8-k256"] = build(K._moe_up_kernel, dict(k256, I=576, BLOCK_N=64, SPLIT=1, TOP_K=6),
+                             4, 3, ptr=PTR8)  # the bench's ours-mxfp8-k256
+out["down-mxfp8-k256"] = build(K._moe_down_kernel, dict(k256, I=2304, BLOCK_N=128), 4, 3,
+                               ptr=PTR8)
 for fp8 in (False, True):
     out[f"swiglu-{fp8}"] = build(K._moe_swiglu_kernel, dict(
         I=576, SPLIT=8, HAS_SHARED=True, BLOCK_I=api._SWIGLU_BLOCK_I, FP8=fp8), 4,
