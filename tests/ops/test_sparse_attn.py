@@ -214,6 +214,24 @@ def test_dim_split_small_head_dim(n_sel, device):
     check(inp, config=cfg)
 
 
+@pytest.mark.parametrize("dim_split", [1, 2])
+def test_fp4_tiles_are_exact(dim_split, device):
+    """With one visible key (no window, one index entry, no sink, RoPE off) the output is that
+    compressed record's value exactly: the decoded tiles (scaled by 2^-8 and back) are exact."""
+    inp = Inputs(Case(2, 1, 16, 8, head_dim=64, rope_dim=16, sinks=False, seed=8), device)
+    inp.positions.fill_(-1)  # no window keys
+    inp.indices.fill_(-1)
+    inp.indices[:, 3] = 2  # entry 2 is written for every request (n_entries >= 3)
+    inp.cos, inp.sin = torch.ones_like(inp.cos), torch.zeros_like(inp.sin)
+    cfg = SparseAttnConfig.with_steps(16, 16, 1, 8, 8, num_warps=2, dim_split=dim_split)
+    out = sparse_attn(*inp.args(), **inp.kwargs(), config=cfg)
+    entry = torch.tensor([2], dtype=torch.int32, device=device)
+    for t in range(out.shape[0]):
+        rec = C.read_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry)
+        key = formats.decode_compressed_record(rec.cpu()).to(torch.bfloat16)
+        assert torch.equal(out[t].cpu(), key.expand(16, -1))
+
+
 def test_rows_without_keys_are_zero(device):
     """A padding row (slot -1) sees nothing: zeros with and without the sink; a row whose index
     list is all -1 sees its window only."""

@@ -18,6 +18,9 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
 MERGE_DIMS = 128  # dims per merge-kernel CTA (16 heads x 128 dims x 4 B = 8 KB per partial)
+# The FP4 key tiles hold the keys x 2^-8 (one multiply a value, see _compressed_dequant_pairs);
+# the compressed splits scale the scores and acc back by this exact power of two.
+FP4_TILE_SCALE: tl.constexpr = tl.constexpr(256.0)
 
 
 @triton.jit
@@ -76,18 +79,23 @@ def _compressed_load_2d(comp_ptr, rec, valid, D: tl.constexpr):
 
 @triton.jit
 def _compressed_dequant_pairs(packed, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Packed e2m1 [BLOCK_N, D/2] and e4m3 scales [BLOCK_N, D/16] -> exact bf16 keys of the
-    even dims (low nibbles) and of the odd dims (high nibbles), each [BLOCK_N, D/2].
-    No interleave, so no shared-memory shuffle per step. Nibble ``s e1 e0 m`` goes to fp32 bits
-    31 and 24..22: that float is the e2m1 value x 2^-126 (e = 0 gives the subnormal
-    m x 2^-127; mul.f32 keeps subnormals), so x 2^126 x scale is exact (3 integer ops a value
-    instead of ~10)."""
-    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, None]
+    """Packed e2m1 [BLOCK_N, D/2] and e4m3 scales [BLOCK_N, D/16] -> exact bf16 keys x 2^-8
+    (``FP4_TILE_SCALE``) of the even dims (low nibbles) and of the odd dims (high nibbles), each
+    [BLOCK_N, D/2]. No interleave, so no shared-memory shuffle per step. Nibble ``s e1 e0 m``
+    goes to fp32 bits 31 and 24..22: that float is the e2m1 value x 2^-126 (e = 0 gives the
+    subnormal m x 2^-127; mul.f32 keeps subnormals). One multiply by scale x 2^118 (finite:
+    scale <= 448) then gives value x scale x 2^-8, exact and a normal bf16 for every code
+    (>= 2^-18): 3 integer ops and 1 multiply a value. The callers fold the 2^8 into the score
+    scale and into acc after the last step."""
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, None] * 3.32306998946229e35
     p = tl.reshape(packed, (BLOCK_N, D // 16, 8)).to(tl.uint32)
-    lo = ((p << 22) & 0x01C00000) | (((p >> 3) & 1) << 31)
-    hi = ((p << 18) & 0x01C00000) | ((p >> 7) << 31)
-    k_e = lo.to(tl.float32, bitcast=True) * 8.507059173023462e37 * scale  # 2^126
-    k_o = hi.to(tl.float32, bitcast=True) * 8.507059173023462e37 * scale
+    # one OR of two shifts and one mask: no carries, the fields of the two shifts only meet
+    # outside the mask (for `hi` after the shift right)
+    lo = ((p << 22) | (p << 28)) & 0x81C00000
+    q = p >> 4
+    hi = ((q << 22) | (q << 28)) & 0x81C00000
+    k_e = lo.to(tl.float32, bitcast=True) * scale
+    k_o = hi.to(tl.float32, bitcast=True) * scale
     return (tl.reshape(k_e, (BLOCK_N, D // 2)).to(tl.bfloat16),
             tl.reshape(k_o, (BLOCK_N, D // 2)).to(tl.bfloat16))
 
@@ -231,10 +239,11 @@ def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_h
                                             max_pages, D, PAGE, BLOCK_N)
         k_e, k_o = _compressed_dequant_pairs(packed, sc, D, BLOCK_N)
         m_i, l_i, acc_e, acc_o = _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e,
-                                               acc_o, qk_scale)
+                                               acc_o, qk_scale * FP4_TILE_SCALE)
         packed, sc, valid = packed_n, sc_n, valid_n
         rec_n, valid_n = rec_nn, valid_nn
-    return m_i, tl.sum(l_i, 1), tl.reshape(tl.join(acc_e, acc_o), (BLOCK_H, D))
+    acc = tl.reshape(tl.join(acc_e, acc_o), (BLOCK_H, D)) * FP4_TILE_SCALE
+    return m_i, tl.sum(l_i, 1), acc
 
 
 # ----------------------------------------------------------------------------- dim split
@@ -330,13 +339,13 @@ def _compressed_load_chunks(comp_ptr, rec, valid, D: tl.constexpr, DS: tl.conste
 @triton.jit
 def _compressed_dequant_chunks(packed, sc, BLOCK_N: tl.constexpr, DS: tl.constexpr,
                                DC: tl.constexpr):
-    """-> exact bf16 keys [DS, BLOCK_N, DC]: chunk c takes nibble c // (DS/2) of each byte,
-    decoded with the bit trick of ``_compressed_dequant_pairs``."""
-    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, :, None]
+    """-> exact bf16 keys x 2^-8 [DS, BLOCK_N, DC]: chunk c takes nibble c // (DS/2) of each
+    byte, decoded as in ``_compressed_dequant_pairs``."""
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, :, None] * 3.32306998946229e35
     sh = 4 * (tl.arange(0, DS) // (DS // 2)).to(tl.uint32)[:, None, None, None]
     p = tl.reshape(packed, (DS, BLOCK_N, DC // 8, 8)).to(tl.uint32) >> sh
-    bits = ((p << 22) & 0x01C00000) | (((p >> 3) & 1) << 31)
-    k = bits.to(tl.float32, bitcast=True) * 8.507059173023462e37 * scale  # 2^126
+    bits = ((p << 22) | (p << 28)) & 0x81C00000  # as in _compressed_dequant_pairs
+    k = bits.to(tl.float32, bitcast=True) * scale
     return tl.reshape(k, (DS, BLOCK_N, DC)).to(tl.bfloat16)
 
 
@@ -402,10 +411,10 @@ def _compressed_split_chunks(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_
                                           c_0 + (it + 1) * BLOCK_N, c_hi, k_sel, n_pages,
                                           max_pages, D, PAGE, BLOCK_N)
         k = _compressed_dequant_chunks(packed, sc, BLOCK_N, DS, DC)
-        m_i, l_i, acc = _attend_chunks(qt, k, valid, m_i, l_i, acc, qk_scale, DS, BLOCK_H,
-                                       BLOCK_N)
+        m_i, l_i, acc = _attend_chunks(qt, k, valid, m_i, l_i, acc, qk_scale * FP4_TILE_SCALE,
+                                       DS, BLOCK_H, BLOCK_N)
         rec, valid = rec_n, valid_n
-    return m_i, tl.sum(l_i, 0), _chunks_to_dims(acc, BLOCK_H, DS, DC, True)
+    return m_i, tl.sum(l_i, 0), _chunks_to_dims(acc * FP4_TILE_SCALE, BLOCK_H, DS, DC, True)
 
 
 @triton.jit
