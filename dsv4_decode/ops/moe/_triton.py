@@ -263,53 +263,42 @@ def _scale_w(s):
 
 
 @triton.jit
-def _mx4f8_dot(acc, xq_ptr, xs_ptr, rows, row_ok, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
-               n_ok, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+def _mx4f8_dot(acc, xq_ptr, xs_ptr, rows, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
+               BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ xhat[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``BK % 64 == 0``) for W in the FP8-pair layout (uint8 ``[N, K/2]``, ue8m0 ``[N, K/32]``)
     and MXFP8 activations ``xq`` e4m3 ``[rows, K]`` with ue8m0 ``xs [rows, K/32]``: one e4m3
-    MMA per 32-deep group, times ``2^(s_w - 121) * 2^(s_x - 127)``, added in fp32."""
-    G: tl.constexpr = BLOCK_K // 32
-    # the K step's scales in one load each; column j picked by a constant mask (in registers)
-    offs_g = it * G + tl.arange(0, G)
-    sw = _scale_w(tl.load(s_ptr + offs_n[:, None] * (K // 32) + offs_g[None, :],
-                          mask=n_ok[:, None], other=0))
-    sx = _ue8m0_to_f32(tl.load(xs_ptr + rows[:, None] * (K // 32) + offs_g[None, :],
-                               mask=row_ok[:, None], other=0))
-    cols = tl.arange(0, G)[None, :]
+    MMA per 32-deep group, times ``2^(s_w - 121) * 2^(s_x - 127)``, added in fp32. No masks
+    (no predicated loads): ``rows`` and ``offs_n`` must be in bounds (the callers clamp padding
+    rows to a real one and never store them; N % BN == 0 is checked by the API)."""
     for cc in tl.static_range(BLOCK_K // 64):
         c = it * (BLOCK_K // 64) + cc
-        q = tl.load(w_ptr + offs_n[:, None] * (K // 2) + c * 32 + tl.arange(0, 32)[None, :],
-                    mask=n_ok[:, None], other=0)
+        q = tl.load(w_ptr + offs_n[:, None] * (K // 2) + c * 32 + tl.arange(0, 32)[None, :])
         wa, wb = _f8_pair(q, INTERPRETER)
         offs_k = c * 64 + tl.arange(0, 32)
-        xa = tl.load(xq_ptr + rows[None, :] * K + offs_k[:, None], mask=row_ok[None, :],
-                     other=0.0)
-        xb = tl.load(xq_ptr + rows[None, :] * K + 32 + offs_k[:, None], mask=row_ok[None, :],
-                     other=0.0)
-        swa = tl.sum(tl.where(cols == 2 * cc, sw, 0.0), axis=1)
-        swb = tl.sum(tl.where(cols == 2 * cc + 1, sw, 0.0), axis=1)
-        sxa = tl.sum(tl.where(cols == 2 * cc, sx, 0.0), axis=1)
-        sxb = tl.sum(tl.where(cols == 2 * cc + 1, sx, 0.0), axis=1)
+        xa = tl.load(xq_ptr + rows[None, :] * K + offs_k[:, None])
+        xb = tl.load(xq_ptr + rows[None, :] * K + 32 + offs_k[:, None])
+        swa = _scale_w(tl.load(s_ptr + offs_n * (K // 32) + 2 * c))
+        swb = _scale_w(tl.load(s_ptr + offs_n * (K // 32) + 2 * c + 1))
+        sxa = _ue8m0_to_f32(tl.load(xs_ptr + rows * (K // 32) + 2 * c))
+        sxb = _ue8m0_to_f32(tl.load(xs_ptr + rows * (K // 32) + 2 * c + 1))
         acc += tl.dot(wa, xa) * (swa[:, None] * sxa[None, :])
         acc += tl.dot(wb, xb) * (swb[:, None] * sxb[None, :])
     return acc
 
 
 @triton.jit
-def _f8f8_dot(acc, xq_ptr, xs_ptr, rows, row_ok, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
-              n_ok, BLOCK_K: tl.constexpr):
-    """``_fp8_dot`` with MXFP8 activations (``xq``, ``xs`` as in ``_mx4f8_dot``): an e4m3 MMA
-    per 32-deep group times the weight block's and the rows' scales."""
+def _f8f8_dot(acc, xq_ptr, xs_ptr, rows, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
+              BLOCK_K: tl.constexpr):
+    """``_fp8_dot`` with MXFP8 activations (``xq``, ``xs`` as in ``_mx4f8_dot``, no masks
+    either): an e4m3 MMA per 32-deep group times the weight block's and the rows' scales."""
     for kk in tl.static_range(BLOCK_K // 32):
         g = it * (BLOCK_K // 32) + kk
         offs_k = g * 32 + tl.arange(0, 32)
-        xt = tl.load(xq_ptr + rows[None, :] * K + offs_k[:, None], mask=row_ok[None, :],
-                     other=0.0)
-        wt = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None],
-                     other=0.0)
-        s = tl.load(s_ptr + (offs_n // 32) * (K // 32) + g, mask=n_ok, other=0)
-        sx = tl.load(xs_ptr + rows * (K // 32) + g, mask=row_ok, other=0)
+        xt = tl.load(xq_ptr + rows[None, :] * K + offs_k[:, None])
+        wt = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])
+        s = tl.load(s_ptr + (offs_n // 32) * (K // 32) + g)
+        sx = tl.load(xs_ptr + rows * (K // 32) + g)
         acc += tl.dot(wt, xt) * (_ue8m0_to_f32(s)[:, None] * _ue8m0_to_f32(sx)[None, :])
     return acc
 
@@ -430,10 +419,10 @@ def _moe_up_kernel(x_ptr, xs_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_p
             for j in range(STEPS):
                 it = it0 + j
                 if FP8:
-                    acc_g = _mx4f8_dot(acc_g, x_ptr, xs_ptr, rows, ok, it, D, wg, sg, offs_n,
-                                       n_ok, BLOCK_K, INTERPRETER)
-                    acc_u = _mx4f8_dot(acc_u, x_ptr, xs_ptr, rows, ok, it, D, wu, su, offs_n,
-                                       n_ok, BLOCK_K, INTERPRETER)
+                    acc_g = _mx4f8_dot(acc_g, x_ptr, xs_ptr, rows, it, D, wg, sg, offs_n,
+                                       BLOCK_K, INTERPRETER)
+                    acc_u = _mx4f8_dot(acc_u, x_ptr, xs_ptr, rows, it, D, wu, su, offs_n,
+                                       BLOCK_K, INTERPRETER)
                 else:
                     acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n,
                                      n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
@@ -451,10 +440,11 @@ def _moe_up_kernel(x_ptr, xs_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_p
         for j in range(STEPS):
             it = it0 + j
             if FP8:
-                acc_g = _f8f8_dot(acc_g, x_ptr, xs_ptr, rows, ok, it, D, sw13_ptr, ss13_ptr,
-                                  offs_n, n_ok, BLOCK_K)
-                acc_u = _f8f8_dot(acc_u, x_ptr, xs_ptr, rows, ok, it, D, sw13_ptr + I * D, ssu,
-                                  offs_n, n_ok, BLOCK_K)
+                rows_c = tl.minimum(rows, T - 1)  # padding rows read row T-1, never stored
+                acc_g = _f8f8_dot(acc_g, x_ptr, xs_ptr, rows_c, it, D, sw13_ptr, ss13_ptr,
+                                  offs_n, BLOCK_K)
+                acc_u = _f8f8_dot(acc_u, x_ptr, xs_ptr, rows_c, it, D, sw13_ptr + I * D, ssu,
+                                  offs_n, BLOCK_K)
             else:
                 acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, sw13_ptr, ss13_ptr,
                                  offs_n, n_ok, BLOCK_K)
@@ -525,8 +515,8 @@ def _moe_down_kernel(h_ptr, hs_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_pt
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
                 if FP8:
-                    acc = _mx4f8_dot(acc, h_ptr, hs_ptr, hrows, ok, it, I, w, s, offs_n, n_ok,
-                                     BLOCK_K, INTERPRETER)
+                    acc = _mx4f8_dot(acc, h_ptr, hs_ptr, hrows, it, I, w, s, offs_n, BLOCK_K,
+                                     INTERPRETER)
                 else:
                     acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
                                    SCALE_BLOCK, BLOCK_K, INTERPRETER)
@@ -540,8 +530,8 @@ def _moe_down_kernel(h_ptr, hs_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_pt
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
         for it in range(I // BLOCK_K):
             if FP8:
-                acc = _f8f8_dot(acc, h_ptr, hs_ptr, hrows, ok, it, I, sw2_ptr, ss2_ptr, offs_n,
-                                n_ok, BLOCK_K)
+                acc = _f8f8_dot(acc, h_ptr, hs_ptr, hrows, it, I, sw2_ptr, ss2_ptr, offs_n,
+                                BLOCK_K)
             else:
                 acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
                                BLOCK_K)

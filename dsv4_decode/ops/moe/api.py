@@ -488,8 +488,10 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
     split = cfg.up_split
     k_unit = 64 if fp8 else 32  # fp8: whole 64-value chunks per K step
-    if fp8 and split == 1 and cfg.up_n % 32:
-        _fail("config.up_n", cfg.up_n, "a multiple of 32 with act_format 'mxfp8' (h groups)")
+    if fp8 and (inter % cfg.up_n or cfg.up_n % 32):  # unmasked weight loads, whole h groups
+        _fail("config.up_n", cfg.up_n, f"a multiple of 32 dividing I = {inter} with 'mxfp8'")
+    if fp8 and d % cfg.down_n:
+        _fail("config.down_n", cfg.down_n, f"a divisor of D = {d} with act_format 'mxfp8'")
     if d % (k_unit * split):
         _fail("config.up_split", split, f"D = {d} divisible by {k_unit} * up_split")
     if workspace is None:
