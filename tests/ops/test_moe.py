@@ -434,20 +434,22 @@ def test_gpu_cases(gpu_bank, gpu_prepared, case):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("act_format", ["bf16", "mxfp8"])
 @pytest.mark.parametrize("shape", ["tp1", "dspark"])
-def test_gpu_other_shapes(shape):
+def test_gpu_other_shapes(shape, act_format):
     gen = torch.Generator().manual_seed(11)
     d, inter = PROD["tp1"] if shape == "tp1" else PROD["tp4"]
     n_exp, k = (16, 6) if shape == "tp1" else (128, 3)
     experts = make_experts(n_exp, d, inter, "cuda", gen, quantizer=False)
-    prepared = prepare_moe_weights(*experts)
+    prepared = prepare_moe_weights(*experts, fp8_tc=act_format == "mxfp8")
     gw, gb = make_router(n_exp, d, "cuda", gen)
     for rows in (1, 6, 48):
         x = torch.randn(rows, d, generator=gen).to(torch.bfloat16).cuda()
         r = route(x, gw, gb, top_k=k)
         ids, _ = route_ref(x, gw, gb, top_k=k)
         assert torch.equal(r.ids.sort(-1).values, ids.sort(-1).values)
-        check_close(run_experts(x, r, experts, prepared=prepared), ref_experts(x, r, experts))
+        check_close(run_experts(x, r, experts, prepared=prepared, act_format=act_format),
+                    ref_experts(x, r, experts, act_format))
 
 
 @pytest.mark.gpu
