@@ -8,7 +8,9 @@ compressed cache through the block table), dequantises them to an exact bf16 til
 softmax in the log2 domain. The next step's loads are issued before each step's math. One split
 finalises in place; several write (m, l, acc) partials and the last CTA to arrive (atomic
 counter, reset by that CTA) or ``_merge_kernel`` merges them, adds the sink to the denominator,
-normalises, applies the inverse RoPE and writes bf16."""
+normalises, applies the inverse RoPE and writes bf16 (``PDL``: the merge kernel is a programmatic
+dependent launch). ``DIM_SPLIT > 1`` replaces the 2-d products by products batched over
+per-warp dim chunks (see the dim-split note below)."""
 
 from __future__ import annotations
 
@@ -87,7 +89,7 @@ def _compressed_dequant_pairs(packed, sc, D: tl.constexpr, BLOCK_N: tl.constexpr
     scale <= 448) then gives value x scale x 2^-8, exact and a normal bf16 for every code
     (>= 2^-18): 3 integer ops and 1 multiply a value. The callers fold the 2^8 into the score
     scale and into acc after the last step."""
-    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, None] * 3.32306998946229e35
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, None] * 3.32306998946229e35  # 2^118
     p = tl.reshape(packed, (BLOCK_N, D // 16, 8)).to(tl.uint32)
     # one OR of two shifts and one mask: no carries, the fields of the two shifts only meet
     # outside the mask (for `hi` after the shift right)
@@ -341,7 +343,7 @@ def _compressed_dequant_chunks(packed, sc, BLOCK_N: tl.constexpr, DS: tl.constex
                                DC: tl.constexpr):
     """-> exact bf16 keys x 2^-8 [DS, BLOCK_N, DC]: chunk c takes nibble c // (DS/2) of each
     byte, decoded as in ``_compressed_dequant_pairs``."""
-    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, :, None] * 3.32306998946229e35
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, :, None] * 3.32306998946229e35  # 2^118
     sh = 4 * (tl.arange(0, DS) // (DS // 2)).to(tl.uint32)[:, None, None, None]
     p = tl.reshape(packed, (DS, BLOCK_N, DC // 8, 8)).to(tl.uint32) >> sh
     bits = ((p << 22) | (p << 28)) & 0x81C00000  # as in _compressed_dequant_pairs

@@ -44,10 +44,11 @@ class SparseAttnConfig:
     fused_merge: bool = False
     maxnreg: int | None = None  # register cap (e.g. 128: two 8-warp CTAs per SM, some spills)
     # > 1: both products batched over dim_split chunks of head_dim / dim_split dims, one chunk
-    # per warp (dim_split == num_warps): distinct MMA work per warp, q chunk in registers
+    # per warp (give dim_split == num_warps, else Triton repeats chunks on the spare warps):
+    # distinct MMA work per warp, short HMMA chains, a warp reads only its slice of q
     dim_split: int = 1
-    # launch the merge kernel as a programmatic dependent (Hopper+, CUDA only): its launch and
-    # its position / RoPE loads overlap the attention kernel's tail
+    # launch the merge kernel as a programmatic dependent (Hopper+, CUDA only): its launch
+    # overlaps the attention kernel's tail, it waits for the partials on the device
     pdl: bool = False
 
     @property
@@ -56,7 +57,8 @@ class SparseAttnConfig:
 
     @property
     def ctas_per_sm(self) -> int:
-        """CTAs of this config one SM holds at once, from the register file."""
+        """CTAs of this config one SM holds at once, from the register file (shared memory,
+        <= 82 KB a CTA for every layout of ``LAYOUTS``, never binds first)."""
         return max(REGISTERS // (32 * self.num_warps * (self.maxnreg or REGS_PER_THREAD)), 1)
 
     @staticmethod
