@@ -23,6 +23,7 @@ MERGE_DIMS = 128  # dims per merge-kernel CTA (16 heads x 128 dims x 4 B = 8 KB 
 # The FP4 key tiles hold the keys x 2^-8 (one multiply a value, see _compressed_dequant_pairs);
 # the compressed splits scale the scores and acc back by this exact power of two.
 FP4_TILE_SCALE: tl.constexpr = tl.constexpr(256.0)
+FP4_SCALE_2_118: tl.constexpr = tl.constexpr(2.0 ** 118)  # scale x this stays finite (<= 448)
 
 
 @triton.jit
@@ -89,7 +90,7 @@ def _compressed_dequant_pairs(packed, sc, D: tl.constexpr, BLOCK_N: tl.constexpr
     scale <= 448) then gives value x scale x 2^-8, exact and a normal bf16 for every code
     (>= 2^-18): 3 integer ops and 1 multiply a value. The callers fold the 2^8 into the score
     scale and into acc after the last step."""
-    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, None] * 3.32306998946229e35  # 2^118
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, None] * FP4_SCALE_2_118
     p = tl.reshape(packed, (BLOCK_N, D // 16, 8)).to(tl.uint32)
     # one OR of two shifts and one mask: no carries, the fields of the two shifts only meet
     # outside the mask (for `hi` after the shift right)
@@ -343,7 +344,7 @@ def _compressed_dequant_chunks(packed, sc, BLOCK_N: tl.constexpr, DS: tl.constex
                                DC: tl.constexpr):
     """-> exact bf16 keys x 2^-8 [DS, BLOCK_N, DC]: chunk c takes nibble c // (DS/2) of each
     byte, decoded as in ``_compressed_dequant_pairs``."""
-    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, :, None] * 3.32306998946229e35  # 2^118
+    scale = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)[:, :, :, None] * FP4_SCALE_2_118
     sh = 4 * (tl.arange(0, DS) // (DS // 2)).to(tl.uint32)[:, None, None, None]
     p = tl.reshape(packed, (DS, BLOCK_N, DC // 8, 8)).to(tl.uint32) >> sh
     bits = ((p << 22) | (p << 28)) & 0x81C00000  # as in _compressed_dequant_pairs
