@@ -258,8 +258,9 @@ def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_h
 # step; here a warp reads its 16 x DC slice of q). Chunk c of a window key is dims
 # c*DC .. c*DC+DC-1; for the NVFP4 keys chunk c = par * DS/2 + j is the nibble `par` of record
 # bytes j*DC .. j*DC+DC-1 (dims 2*(j*DC+i)+par), so a chunk dequantises without interleave.
-# Registers: no raw record tile is held across a step (only the next step's addresses), so
-# 4-warp CTAs fit two per SM without spills (ptxas, sm_90a).
+# Registers: with the next step's raw records held across a step (as in the 2-d path),
+# 254 a thread at 8 warps x 32 keys and at 4 warps x 16 keys, no spills (ptxas, sm_90a): the
+# 4-warp CTAs fit two per SM.
 
 
 @triton.jit
@@ -383,12 +384,16 @@ def _window_split_chunks(q_ptr, win_ptr, row, h, hmask, n_heads, slot, pos, win_
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)
     acc = tl.zeros([DS, BLOCK_H, DC], tl.float32)
-    for it in range(W_STEPS):  # no register prefetch (see _compressed_split_chunks)
-        codes, sc, valid = _window_load_chunks(win_ptr, slot, pos, win_ok, w_i0 + it * BLOCK_N,
-                                               w_hi, ring, WINDOW, D, BLOCK_N, DS)
+    codes, sc, valid = _window_load_chunks(win_ptr, slot, pos, win_ok, w_i0, w_hi, ring,
+                                           WINDOW, D, BLOCK_N, DS)
+    for it in range(W_STEPS):
+        codes_n, sc_n, valid_n = _window_load_chunks(win_ptr, slot, pos, win_ok,
+                                                     w_i0 + (it + 1) * BLOCK_N, w_hi, ring,
+                                                     WINDOW, D, BLOCK_N, DS)
         k = _window_dequant_chunks(codes, sc, BLOCK_N, DS, DC)
         m_i, l_i, acc = _attend_chunks(qt, k, valid, m_i, l_i, acc, qk_scale, DS, BLOCK_H,
                                        BLOCK_N)
+        codes, sc, valid = codes_n, sc_n, valid_n
     return m_i, tl.sum(l_i, 0), _chunks_to_dims(acc, BLOCK_H, DS, DC, False)
 
 
@@ -403,20 +408,21 @@ def _compressed_split_chunks(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)
     acc = tl.zeros([DS, BLOCK_H, DC], tl.float32)
-    # Only the record addresses are prefetched (one step ahead: the index -> page chain); the
-    # records are loaded at the start of their step, so that no raw tile is held across a step
-    # (registers: two CTAs per SM at 4 warps) and the other CTA hides that load.
     rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
                                   max_pages, D, PAGE, BLOCK_N)
+    packed, sc = _compressed_load_chunks(comp_ptr, rec, valid, D, DS)
+    rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N, c_hi,
+                                      k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
     for it in range(C_STEPS):
-        packed, sc = _compressed_load_chunks(comp_ptr, rec, valid, D, DS)
-        rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
-                                          c_0 + (it + 1) * BLOCK_N, c_hi, k_sel, n_pages,
-                                          max_pages, D, PAGE, BLOCK_N)
+        packed_n, sc_n = _compressed_load_chunks(comp_ptr, rec_n, valid_n, D, DS)
+        rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
+                                            c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
+                                            max_pages, D, PAGE, BLOCK_N)
         k = _compressed_dequant_chunks(packed, sc, BLOCK_N, DS, DC)
         m_i, l_i, acc = _attend_chunks(qt, k, valid, m_i, l_i, acc, qk_scale * FP4_TILE_SCALE,
                                        DS, BLOCK_H, BLOCK_N)
-        rec, valid = rec_n, valid_n
+        packed, sc, valid = packed_n, sc_n, valid_n
+        rec_n, valid_n = rec_nn, valid_nn
     return m_i, tl.sum(l_i, 0), _chunks_to_dims(acc * FP4_TILE_SCALE, BLOCK_H, DS, DC, True)
 
 
