@@ -206,14 +206,14 @@ def test_fallback_path_is_exercised(device):
 
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, device, monkeypatch):
-    """Many-row grids fold R chunks per group-maxima program and take G chunks per collect
-    program; force both at a small shape (9,000 and 16,384 columns: odd and even chunk counts;
-    G = 2**log_r where it divides the chunk count)."""
+    """Many-row grids fold R chunks per group-maxima program and collect from the threshold's
+    list of active segments (strided over LIST_PROGRAMS programs a row); force both at a small
+    shape (9,000 and 16,384 columns: odd and even chunk counts; 2 programs a row, so the
+    strided loop runs)."""
     from dsv4_decode.ops.topk import _triton
 
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
-    monkeypatch.setattr(_triton, "collect_log2",
-                        lambda rows, n_chunks: log_r if n_chunks % (1 << log_r) == 0 else 0)
+    monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
         x = make_logits("random", 7, cols, gen)
@@ -435,12 +435,15 @@ for k, block in ((512, 1), (2048, 1), (2048, 8)):
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}"] = build(
             K._group_max_kernel, dict(UNROLL=min(1 << log_r, 2), FUSE=fuse, **spans, **common),
             4)
-    for g in (1, 8):
-        out[f"collect-k{k}-b{block}-G{g}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, G=g, A=K.COLLECT_A[g > 1], **common), K.COLLECT_WARPS[g > 1])
-c = TopkConfig.pick(512, 1)
-out["select-k512"] = build(K._select_kernel, dict(
-    NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, BLOCK=1, SPAN=c.chunk), 8)
+    spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
+    out[f"threshold-k{k}-b{block}"] = build(K._threshold_kernel, dict(
+        CAP=c.cap, LIST=1, **spans, **common), 8)
+    for lst in (0, 1):
+        out[f"collect-k{k}-b{block}-list{lst}"] = build(K._collect_kernel, dict(
+            CAP=c.cap, LIST=lst, P=64, **common), 4)
+    out[f"select-k{k}-b{block}"] = build(K._select_kernel, dict(
+        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048 // block, BLOCK=block,
+        NSEG=NSEG, LIST=1), 8)
 print(json.dumps(out))
 '''
 
@@ -452,7 +455,7 @@ def test_compiles_for_sm90_without_spills():
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
-    # the select (8 warps, 1,024-slot tile) spills 4 bytes since the buffer keys carry the
-    # span rank (session 3); everything else none
-    assert spills.pop("select-k512") <= 4
+    # the k = 512 select (8 warps, 1,024-slot tile) spills 4 bytes since the buffer entries
+    # carry span and rank (session 3); everything else none
+    assert spills.pop("select-k512-b1") <= 4
     assert spills == {k: 0 for k in spills}, spills

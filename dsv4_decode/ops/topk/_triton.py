@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from . import ref
-from .config import NSEG, collect_log2, span_log2
+from .config import NSEG, span_log2
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -297,83 +297,104 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
 
 
 @triton.jit
-def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K,
-                      BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
-                      TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
-                      LOG_R: tl.constexpr):
-    _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, tl.program_id(0), stride_g, cols,
-                   K, BLOCK, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
+def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, nact_ptr,
+                      stride_g, stride_s, stride_l, cols, K, BLOCK: tl.constexpr,
+                      CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
+                      GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
+                      NSEG: tl.constexpr, CAP: tl.constexpr, LIST: tl.constexpr):
+    """T0 of row ``program_id(0)``; LIST: also the ascending list of the row's segments whose
+    maximum reaches T0 (the collect pass's work list) and its length. Every such segment holds
+    a candidate, so more than CAP of them is an overflow: the counter is set past CAP and the
+    select takes the exact fallback."""
+    row = tl.program_id(0)
+    _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols, K, BLOCK,
+                   CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
+    if LIST:
+        SEG: tl.constexpr = CHUNK // NSEG
+        TILE: tl.constexpr = 2048
+        length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+        n_seg = (len_e + SEG - 1) // SEG
+        tl.debug_barrier()  # T0 was stored by another thread of this CTA
+        t0 = tl.load(thr_ptr + row)
+        s_row = smax_ptr + row.to(tl.int64) * stride_s
+        l_row = list_ptr + row.to(tl.int64) * stride_l
+        n = len_e * 0
+        s0 = len_e * 0
+        while s0 < n_seg:  # (a while: the interpreter cannot range over a tensor)
+            i = s0 + tl.arange(0, TILE)
+            act = tl.load(s_row + i, mask=i < n_seg, other=0) >= t0
+            pos = n + tl.cumsum(act.to(tl.int32), axis=0) - 1
+            tl.store(l_row + pos, i, mask=act & (pos < CAP))
+            n += tl.sum(act.to(tl.int32), axis=0)
+            s0 += TILE
+        tl.store(nact_ptr + row, n)
+        if n > CAP:
+            tl.store(cnt_ptr + row, CAP + 1)
 
 
 @triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pbuf_ptr, cc_ptr,
-                    stride_x, stride_s, stride_b, stride_cc, cols, BLOCK: tl.constexpr,
-                    CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr, G: tl.constexpr,
-                    A: tl.constexpr):
-    # A program takes a span of G adjacent chunks (G * NSEG segments of SEG elements) and
-    # appends its elements >= T0 to the row's buffer, each with its rank inside the span (so
-    # the buffer order the atomics give never matters to the select) and the span's count.
-    # G == 1 (small grids, latency-bound, the row in L2): the whole chunk in one [NSEG, SEG]
-    # load, in flight with the threshold's. G > 1: only the segments whose maximum (pass 1)
-    # reaches T0, ~1.4k of a row's segments on random data (a few % of a 1M row), compacted
-    # into rounds of A segments (one [A, SEG] gather); one atomic per round.
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, nact_ptr, kbuf_ptr,
+                    pbuf_ptr, cc_ptr, stride_x, stride_l, stride_b, stride_cc, cols,
+                    BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+                    CAP: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr):
+    # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
+    # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
+    # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
+    # atomics give never matters to the select. One [NSEG, SEG] load and ONE atomic a span.
+    # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it,
+    #   its load in flight with the threshold's.
+    # LIST == 1: the P programs of a row take spans q = p, p + P, ... of the threshold's list of
+    #   segments whose maximum reaches T0 (~1.4k of a row's segments on random data: a few %
+    #   of a 1M row is re-read); usually one span a program, so nothing waits on a chain.
     SEG: tl.constexpr = CHUNK // NSEG
-    NS: tl.constexpr = G * NSEG
     row = tl.program_id(0)
-    span = tl.program_id(1)
-    c0 = span * G
+    p = tl.program_id(1)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
-    a = tl.arange(0, A)
-    total = len_e * 0  # candidates of this span so far
-    if c0 * CHUNK < len_e:
-        t0 = tl.load(thr_ptr + row)
-        if G == 1:
-            n_act = len_e * 0 + A
+    a = tl.arange(0, NSEG)
+    if LIST:
+        n_act = tl.load(nact_ptr + row)
+        n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)  # else: overflowed
+        l_row = list_ptr + row.to(tl.int64) * stride_l
+    else:
+        n_spans = tl.where(p * CHUNK < len_e, p + 1, 0)
+    q = p
+    while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
+        if LIST:
+            ok = q * NSEG + a < n_act
+            seg = tl.load(l_row + q * NSEG + a, mask=ok, other=0)
         else:
-            sid = tl.arange(0, NS)  # pass 1 stored every segment before the length
-            sm = tl.load(smax_ptr + row.to(tl.int64) * stride_s + c0 * NSEG + sid,
-                         mask=(c0 * NSEG + sid) * SEG < len_e, other=0)
-            act = sm >= t0  # t0 >= 1: segments past the length (0) never are
-            n_act = tl.sum(act.to(tl.int32), axis=0)
-            slot = tl.cumsum(act.to(tl.int32), axis=0) - 1
-        r0 = len_e * 0
-        while r0 < n_act:  # (a while: the interpreter cannot range over a tensor)
-            if G == 1:
-                seg = a
-                ok = a < NSEG
-            else:
-                ok = r0 + a < n_act
-                seg = tl.sum(tl.where(act[None, :] & (slot[None, :] == (r0 + a)[:, None]),
-                                      sid[None, :], 0), axis=1)  # the round's segments, ascending
-            e = (c0 * NSEG + seg)[:, None] * SEG + tl.arange(0, SEG)[None, :]
-            e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
-            if BLOCK == 1:
-                key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-            else:
-                key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [A * SEG]), length, len_e,
-                                                BLOCK), [A, SEG])
-            cand = key1 >= t0
-            n_a = tl.sum(cand.to(tl.int32), axis=1)
-            n_r = tl.sum(n_a, axis=0)
-            if n_r > 0:
-                base = tl.atomic_add(cnt_ptr + row, n_r)
-                before = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32),
-                                                                            axis=1) - 1
-                pos = base + before
-                keep = cand & (pos < CAP)
-                tl.store(kb_ptr + pos, ((total + before) << RANK_SHIFT) | key1, mask=keep)
-                tl.store(pb_ptr + pos, e, mask=keep)
-            total += n_r
-            r0 += A
-    tl.store(cc_ptr + row.to(tl.int64) * stride_cc + span, total)  # every span, 0 past length
+            ok = a < NSEG
+            seg = q * NSEG + a
+        e = seg[:, None] * SEG + tl.arange(0, SEG)[None, :]
+        e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
+        t0 = tl.load(thr_ptr + row)
+        if BLOCK == 1:
+            key1 = _element_keys(x_row, e, length, len_e, BLOCK)
+        else:
+            key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [NSEG * SEG]), length, len_e,
+                                            BLOCK), [NSEG, SEG])
+        cand = key1 >= t0
+        n_a = tl.sum(cand.to(tl.int32), axis=1)
+        n_q = tl.sum(n_a, axis=0)
+        if n_q > 0:
+            # relaxed: only the count must be atomic (the select runs after a kernel boundary)
+            base = tl.atomic_add(cnt_ptr + row, n_q, sem="relaxed")
+            rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32),
+                                                                      axis=1) - 1
+            pos = base + rank
+            keep = cand & (pos < CAP)
+            tl.store(kb_ptr + pos, (rank << RANK_SHIFT) | key1, mask=keep)
+            tl.store(pb_ptr + pos, (q << COL_BITS) | e, mask=keep)
+        tl.store(cc_ptr + row.to(tl.int64) * stride_cc + q, n_q)
+        q += P
 
 
 @triton.jit
 def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_spans, pre_ptr, sc_ptr, o_ptr, K,
-                 SIZE: tl.constexpr, SPAN: tl.constexpr, NCH: tl.constexpr):
+                 SIZE: tl.constexpr, NCH: tl.constexpr):
     """Exact top-K of the row's n (<= SIZE) candidates, written in ascending index order.
 
     tau = the K-th largest key1. The candidates are then put in index order (span prefix of
@@ -385,7 +406,8 @@ def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_spans, pre_ptr, sc_ptr, o_ptr, K,
     m = i < n
     packed = tl.load(kb_ptr + i, mask=m, other=0)
     key1 = packed & RANK_MASK
-    idx = tl.load(pb_ptr + i, mask=m, other=0)
+    pk = tl.load(pb_ptr + i, mask=m, other=0)
+    idx = pk & COL_MASK
     tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
@@ -393,7 +415,7 @@ def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_spans, pre_ptr, sc_ptr, o_ptr, K,
     cc = tl.load(cc_ptr + j, mask=j < n_spans, other=0)
     tl.store(pre_ptr + j, tl.cumsum(cc, axis=0) - cc, mask=j < n_spans)
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
-    order = tl.load(pre_ptr + idx // SPAN, mask=m, other=0) + (packed >> RANK_SHIFT)
+    order = tl.load(pre_ptr + (pk >> COL_BITS), mask=m, other=0) + (packed >> RANK_SHIFT)
     flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
     tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
     tl.debug_barrier()
@@ -446,28 +468,33 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 @triton.jit
 def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
-                   sc_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_spans, K,
-                   BLOCK: tl.constexpr, SPAN: tl.constexpr, NCH: tl.constexpr,
+                   sc_ptr, nact_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols,
+                   n_chunks, K, BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
+                   LIST: tl.constexpr,
                    SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
     row = tl.program_id(0)
     n = tl.load(cnt_ptr + row)
+    if LIST:
+        n_spans = (tl.load(nact_ptr + row) + NSEG - 1) // NSEG
+    else:
+        n_spans = n_chunks + 0 * n
     b_off = row.to(tl.int64) * stride_b
     cc_off = row.to(tl.int64) * stride_cc
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
         _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_spans,
-                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, SPAN, NCH)
+                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, NCH)
     elif n <= CAP:
         _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_spans,
-                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, SPAN, NCH)
+                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, NCH)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
 
 
-# Collect programs: (segments per round, warps) for dense chunks (G = 1) and pruned spans.
-COLLECT_A = (NSEG, NSEG)
-COLLECT_WARPS = (4, 4)
+# Collect programs per row on large grids: one span each up to 64 spans (1,024 active segments;
+# ~730 on random 1M rows at k = 512), strided loops beyond.
+LIST_PROGRAMS = 64
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
@@ -487,6 +514,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
     # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
     fuse = fuse and log_r == 0 and k <= 512
+    lst = log_r > 0  # folded (large) grids collect from the threshold's segment list
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
@@ -495,18 +523,18 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
         NSEG=NSEG, FUSE=fuse, num_warps=4, **spans, **common)
     if stages >= 2 and not fuse:
         _threshold_kernel[(rows,)](
-            lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k, num_warps=8, **spans,
-            **common)
-    log_g = collect_log2(rows, n_chunks)
+            lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.nact, ws.gmax.stride(0),
+            ws.smax.stride(0), ws.seglist.stride(0), cols, k, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
+            num_warps=8, **spans, **common)
     if stages >= 3:
-        _collect_kernel[(rows, n_chunks >> log_g)](
-            x16, lengths, ws.thr, ws.cnt, ws.smax, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
-            ws.smax.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols, NSEG=NSEG,
-            CAP=cfg.cap, G=1 << log_g, A=COLLECT_A[log_g > 0], num_warps=COLLECT_WARPS[log_g > 0],
+        _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
+            x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.nact, ws.kbuf, ws.pbuf, ws.cc,
+            x16.stride(0), ws.seglist.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols,
+            NSEG=NSEG, CAP=cfg.cap, LIST=lst, P=LIST_PROGRAMS if lst else n_chunks, num_warps=4,
             **common)
     if stages >= 4:
         _select_kernel[(rows,)](
-            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, out,
-            x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols,
-            n_chunks >> log_g, k, BLOCK=cfg.block, SPAN=cfg.chunk << log_g, NCH=cfg.max_chunks,
-            SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block, num_warps=8)
+            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, ws.nact, out,
+            x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
+            BLOCK=cfg.block, NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small,
+            CAP=cfg.cap, SCAN=2048 // cfg.block, num_warps=8)

@@ -28,16 +28,6 @@ def span_log2(rows: int, n_chunks: int) -> int:
     return r.bit_length() - 1
 
 
-def collect_log2(rows: int, n_chunks: int) -> int:
-    """log2 of the chunks G one collect program takes (1..8; G divides n_chunks): the largest
-    that leaves >= 1,024 programs. With pruning a program reads only its active segments, so
-    more chunks per program mostly saves programs (and atomics) where rows x chunks is large."""
-    g = 1
-    while g < 8 and rows * n_chunks >= 1024 * 2 * g and n_chunks % (2 * g) == 0:
-        g *= 2
-    return g.bit_length() - 1
-
-
 @dataclass(frozen=True)
 class TopkConfig:
     """Static sizes of the four kernels (all powers of two).
