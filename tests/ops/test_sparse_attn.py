@@ -307,9 +307,10 @@ def test_gpu_production_shapes(case):
     check(Inputs(case, torch.device("cuda")))
 
 
-LAYOUT_CASES = [  # few shapes: each layout x shape is its own kernel to compile
+LAYOUT_CASES = [  # few shapes: each layout x shape is its own kernel to compile (window-only
+    # layouts run on the CPU, test_layouts_production_dims)
     Case(1, 6, 16, 512, **PROD), Case(8, 6, 16, 512, **PROD),
-    Case(2, 6, 64, 200, sinks=False, **PROD), Case(4, 6, 16, 0, **PROD),
+    Case(2, 6, 64, 200, sinks=False, **PROD),
 ]
 
 
