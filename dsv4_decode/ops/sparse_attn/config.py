@@ -21,8 +21,8 @@ REGS_PER_THREAD = 256  # allocation granule of a 255-register thread
 # default at head dim 512, timed side by side by ``bench sparse_attn --sweep`` (session 3; see
 # docs/kernels/sparse_attn.md). ptxas, sm_90a, 16 heads: registers / spills / CTAs per SM.
 LAYOUTS = {
-    "default": {},  # 32 keys a step, 8 warps, 2-d products: 226 regs, 1 CTA/SM
-    "block_n64": dict(block_n=64),  # 64 keys a step, 8 warps: 252 regs, 1 CTA/SM
+    "default": {},  # 32 keys a step, 8 warps, 2-d products: 178 regs, 1 CTA/SM
+    "block_n64": dict(block_n=64),  # 64 keys a step, 8 warps: 249 regs, 1 CTA/SM
     "dim_split8": dict(dim_split=8),  # 32 keys, 8 warps x 64-dim chunks: 254 regs, 1 CTA/SM
     # 16 keys, 4 warps x 128-dim chunks: 254 regs, 2 CTAs/SM
     "dim_split4": dict(block_n=16, num_warps=4, dim_split=4),
@@ -64,21 +64,22 @@ class SparseAttnConfig:
     @staticmethod
     def pick(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
              sm_count: int = 132, fused_merge: bool = False, *, block_n: int | None = None,
-             num_warps: int | None = None, dim_split: int = 1) -> SparseAttnConfig:
+             num_warps: int | None = None, dim_split: int = 1,
+             maxnreg: int | None = None) -> SparseAttnConfig:
         """The default for these shapes: the steps per split that minimise ``waves x steps``
         (``_steps``), ties to fewer splits (each adds a partial-result round trip).
-        ``block_n`` / ``num_warps`` / ``dim_split`` pick another layout (the same rule then
-        sizes its splits, with that layout's CTAs per SM)."""
+        ``block_n`` / ``num_warps`` / ``dim_split`` / ``maxnreg`` pick another layout (the
+        same rule then sizes its splits, with that layout's CTAs per SM)."""
         # 16 heads x 32 keys x 512 dims at 8 warps compiles to 223-255 registers without
         # spills; 32 heads spill (about 500 B/thread), so more heads take more head blocks.
         block_h = 16
         block_n = block_n or (32 if head_dim >= 256 else 16)
         num_warps = num_warps or (8 if head_dim >= 256 else 4)
-        layout = SparseAttnConfig(block_h, block_n, 1, 1, 0, 0, num_warps, dim_split=dim_split)
-        slots = layout.ctas_per_sm * sm_count
+        lay = dict(num_warps=num_warps, dim_split=dim_split, maxnreg=maxnreg)
+        slots = SparseAttnConfig(block_h, block_n, 1, 1, 0, 0, **lay).ctas_per_sm * sm_count
         return SparseAttnConfig.with_steps(
             block_h, block_n, _steps(rows, heads, block_h, block_n, window, n_sel, slots),
-            window, n_sel, num_warps=num_warps, fused_merge=fused_merge, dim_split=dim_split)
+            window, n_sel, fused_merge=fused_merge, **lay)
 
     @staticmethod
     def with_steps(block_h: int, block_n: int, steps: int, window: int, n_sel: int,
