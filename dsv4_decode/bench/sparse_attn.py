@@ -114,9 +114,10 @@ def bench_case(requests: int, q_len: int, heads: int, compiled, layouts: bool = 
     cfg = pick_config(inp.rows, heads, D, WINDOW, SELECTED)
     impls = [("ours", cfg)]
     if layouts:  # every other named layout as its own implementation, split by the rule
-        impls += [(f"ours_{name}", SparseAttnConfig.pick(inp.rows, heads, D, WINDOW, SELECTED,
-                                                         **lay))
-                  for name, lay in LAYOUTS.items() if name != "default"]
+        for name, lay in LAYOUTS.items():
+            c = SparseAttnConfig.pick(inp.rows, heads, D, WINDOW, SELECTED, **lay)
+            if name != "default" and c != cfg:  # block_h32 is the default at 16 heads
+                impls.append((f"ours_{name}", c))
     for impl, c in impls:
         ws = make_workspace(inp.rows, heads, D, WINDOW, SELECTED, "cuda", c)
 
@@ -152,11 +153,14 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     out = {}
     for name, layout in LAYOUTS.items():
         base = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, **layout)
+        if name != "default" and base == out["default"]:
+            continue  # e.g. block_h32 at 16 heads
         out[name] = base
         steps = max(base.w_steps, base.c_steps)
         lay = dict(num_warps=base.num_warps, dim_split=base.dim_split)
         for st in sorted({1, steps // 2, steps * 2} - {0, steps}):
-            c = SparseAttnConfig.with_steps(16, base.block_n, st, WINDOW, SELECTED, **lay)
+            c = SparseAttnConfig.with_steps(base.block_h, base.block_n, st, WINDOW, SELECTED,
+                                            **lay)
             if c.n_split <= 20:  # steps 1: every SM busy at 1 request, a wide merge
                 out[f"{name}_steps{st}"] = c
     base = out["default"]

@@ -194,13 +194,13 @@ PROD_CPU = dict(head_dim=512, rope_dim=64, window=128, page_size=64)
 def test_layouts_production_dims(layout, device):
     """Every named layout at D 512 (window, FP4 and merge paths), as the rule splits it, and
     with one split of each kind (no merge for the window-only row set)."""
-    inp = Inputs(Case(1, 2, 16, 96, **PROD_CPU, seed=6), device)
-    check(inp, config=SparseAttnConfig.pick(2, 16, 512, 128, 96, **LAYOUTS[layout]))
-    lay = SparseAttnConfig.pick(2, 16, 512, 128, 0, **LAYOUTS[layout])
-    one = SparseAttnConfig.with_steps(16, lay.block_n, 128 // lay.block_n, 128, 0,
+    inp = Inputs(Case(1, 2, 32, 96, **PROD_CPU, seed=6), device)  # 32 heads: for block_h32
+    check(inp, config=SparseAttnConfig.pick(2, 32, 512, 128, 96, **LAYOUTS[layout]))
+    lay = SparseAttnConfig.pick(2, 32, 512, 128, 0, **LAYOUTS[layout])
+    one = SparseAttnConfig.with_steps(lay.block_h, lay.block_n, 128 // lay.block_n, 128, 0,
                                       num_warps=lay.num_warps, dim_split=lay.dim_split)
     assert one.n_split == 1
-    check(Inputs(Case(2, 1, 16, 0, **PROD_CPU, seed=7), device), config=one)
+    check(Inputs(Case(2, 1, 32, 0, **PROD_CPU, seed=7), device), config=one)
 
 
 @pytest.mark.parametrize("n_sel", [40, 0])
@@ -441,7 +441,7 @@ for heads, n_sel, fused in ((16, 512, True), (64, 512, False), (16, 0, True)):
          n_sel, fused)
 for name, layout in LAYOUTS.items():
     if name != "default":
-        main(name, SparseAttnConfig.pick(48, 16, 512, 128, 512, **layout), 512, False,
+        main(name, SparseAttnConfig.pick(48, 64, 512, 128, 512, **layout), 512, False,
              pdl=name == "block_n64")
 for n_split, pdl in ((8, False), (20, True)):  # 20: one step a split at 1 request (sweep)
     const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=n_split, HAS_SINK=True,
@@ -455,7 +455,7 @@ def test_compiles_for_sm90_without_spills():
     """The production configs go through Triton's whole sm_90 pipeline (TTIR -> PTX -> ptxas)
     without a GPU; the compiler's own checks (types across branches, layouts, dot shapes) run
     here, which the interpreter skips. No register spills at the default configs nor at the
-    named layouts (``LAYOUTS``, 8 x 6 rows)."""
+    named layouts (``LAYOUTS``, 8 x 6 rows x 64 heads)."""
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)

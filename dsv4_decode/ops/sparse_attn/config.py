@@ -26,6 +26,9 @@ LAYOUTS = {
     "dim_split8": dict(dim_split=8),  # 32 keys, 8 warps x 64-dim chunks: 254 regs, 1 CTA/SM
     # 16 keys, 4 warps x 128-dim chunks: 254 regs, 2 CTAs/SM
     "dim_split4": dict(block_n=16, num_warps=4, dim_split=4),
+    # 32 heads a CTA where there are >= 32 (64 heads: 2 head blocks dequantising each key, not
+    # 4), else as the default: 255 regs, 1 CTA/SM
+    "block_h32": dict(block_h=32),
 }
 
 
@@ -64,15 +67,16 @@ class SparseAttnConfig:
     @staticmethod
     def pick(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
              sm_count: int = 132, fused_merge: bool = False, *, block_n: int | None = None,
-             num_warps: int | None = None, dim_split: int = 1,
-             maxnreg: int | None = None) -> SparseAttnConfig:
+             num_warps: int | None = None, dim_split: int = 1, maxnreg: int | None = None,
+             block_h: int = 16) -> SparseAttnConfig:
         """The default for these shapes: the steps per split that minimise ``waves x steps``
         (``_steps``), ties to fewer splits (each adds a partial-result round trip).
-        ``block_n`` / ``num_warps`` / ``dim_split`` / ``maxnreg`` pick another layout (the
-        same rule then sizes its splits, with that layout's CTAs per SM)."""
-        # 16 heads x 32 keys x 512 dims at 8 warps compiles to 223-255 registers without
-        # spills; 32 heads spill (about 500 B/thread), so more heads take more head blocks.
-        block_h = 16
+        ``block_n`` / ``num_warps`` / ``dim_split`` / ``maxnreg`` / ``block_h`` (heads per
+        CTA at most, never more than the heads rounded up to a power of two) pick another
+        layout (the same rule then sizes its splits, with that layout's CTAs per SM)."""
+        # 16 heads x 32 keys x 512 dims at 8 warps compiles to 178 registers, 32 heads to 255,
+        # without spills (ptxas, sm_90a; session 3)
+        block_h = max(16, min(block_h, 1 << (heads - 1).bit_length()))
         block_n = block_n or (32 if head_dim >= 256 else 16)
         num_warps = num_warps or (8 if head_dim >= 256 else 4)
         lay = dict(num_warps=num_warps, dim_split=dim_split, maxnreg=maxnreg)
