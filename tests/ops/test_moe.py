@@ -291,15 +291,17 @@ def test_repack_roundtrip():
 
 
 @pytest.mark.parametrize("split", [1, 2])
-@pytest.mark.parametrize("case", ["random", "padding"])
+@pytest.mark.parametrize("case", ["random", "padding", "extreme"])
 def test_mxfp8_experts_match_ref(device, cpu_experts, case, split):
-    """act_format "mxfp8" (FP8-pair weights, MXFP8 x and h, e4m3 MMAs) against its twin."""
+    """act_format "mxfp8" (FP8-pair weights, MXFP8 x and h, e4m3 MMAs) against its twin;
+    "extreme": activations large enough to engage the SwiGLU clamp."""
     gen = torch.Generator().manual_seed(20 + len(case))
     rows, k = 4, 2
     ids, w = random_ids(rows, k, E, gen), rand_weights(rows, k, gen)
     if case == "padding":
         ids[1:3], w[1:3] = -1, 0.0
-    x = torch.randn(rows, D, generator=gen).to(torch.bfloat16).to(device)
+    x = torch.randn(rows, D, generator=gen) * (300 if case == "extreme" else 1)
+    x = x.to(torch.bfloat16).to(device)
     weights = tuple(t.to(device) for t in cpu_experts[:4]) + (
         tuple(t.to(device) for t in cpu_experts[4]),)
     r = build_routing(ids.to(device), w.to(device), E)
