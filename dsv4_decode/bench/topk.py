@@ -97,26 +97,20 @@ def bench_blocks(rows: int, cols: int, n_blocks: int = 2048, block: int = 8) -> 
 
 
 def _fusable(rows: int, cols: int) -> bool:
-    """Whether ``ours`` differs from the multi-launch pipeline here: the one-launch kernel
-    (every program on its own SM) or the fused three-launch path (an unfolded group-maxima
-    grid, ``_triton.launch``)."""
-    from dsv4_decode.ops.topk import _triton
+    """Whether ``ours`` runs the fused three-launch path here (``_triton.launch``: an unfolded
+    group-maxima grid, rows x chunks of 2,048 columns < 1,024)."""
     from dsv4_decode.ops.topk.config import span_log2
 
-    n_chunks = -(-cols // 2048)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return (_triton.one_launch_log2(rows, n_chunks, sms) is not None
-            or span_log2(rows, n_chunks) == 0)
+    return span_log2(rows, -(-cols // 2048)) == 0
 
 
 def _unfused(case, xs, lens, out, ws, k, floor) -> Row:
-    """``ours_4launch``: the multi-launch pipeline with the threshold as its own launch (four
-    launches), to measure what the one-launch kernel and the fusion save."""
+    """``ours_4launch``: the same kernels with the threshold as its own launch (round 1's
+    four-launch pipeline), to measure what the fusion saves."""
     from dsv4_decode.ops.topk import _triton
 
     return Row("topk", case, "ours_4launch", _timed(lambda x: _triton.launch(
-        x.view(torch.int16), lens, out, ws, ws.cfg, k, fuse=False, one_launch=False), xs),
-        floor)
+        x.view(torch.int16), lens, out, ws, ws.cfg, k, fuse=False), xs), floor)
 
 
 def breakdown(rows: int, cols: int, valid: str, k: int) -> str:

@@ -27,9 +27,6 @@ everything with ``PIN_KEY1``.
 
 from __future__ import annotations
 
-import functools
-import os
-
 import triton
 import triton.language as tl
 
@@ -304,8 +301,7 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
                       stride_g, stride_s, stride_l, cols, K, BLOCK: tl.constexpr,
                       CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
                       GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                      NSEG: tl.constexpr, MAXSEG: tl.constexpr, CAP: tl.constexpr,
-                      LIST: tl.constexpr):
+                      NSEG: tl.constexpr, CAP: tl.constexpr, LIST: tl.constexpr):
     """T0 of row ``program_id(0)``; LIST: also the ascending list of the row's segments whose
     maximum reaches T0 (the collect pass's work list) and its length. Every such segment holds
     a candidate, so more than CAP of them is an overflow: the counter is set past CAP and the
@@ -315,17 +311,22 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
                    CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
     if LIST:
         SEG: tl.constexpr = CHUNK // NSEG
+        TILE: tl.constexpr = 2048
         length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+        n_seg = (len_e + SEG - 1) // SEG
         tl.debug_barrier()  # T0 was stored by another thread of this CTA
         t0 = tl.load(thr_ptr + row)
-        # every segment of the row in one tile: one CTA scan (measured: a loop of 2,048-slot
-        # tiles cost ~8 us, serial scans)
-        i = tl.arange(0, MAXSEG)
-        act = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i, mask=i * SEG < len_e,
-                      other=0) >= t0
-        pos = tl.cumsum(act.to(tl.int32), axis=0) - 1
-        tl.store(list_ptr + row.to(tl.int64) * stride_l + pos, i, mask=act & (pos < CAP))
-        n = tl.sum(act.to(tl.int32), axis=0)
+        s_row = smax_ptr + row.to(tl.int64) * stride_s
+        l_row = list_ptr + row.to(tl.int64) * stride_l
+        n = len_e * 0
+        s0 = len_e * 0
+        while s0 < n_seg:  # (a while: the interpreter cannot range over a tensor)
+            i = s0 + tl.arange(0, TILE)
+            act = tl.load(s_row + i, mask=i < n_seg, other=0) >= t0
+            pos = n + tl.cumsum(act.to(tl.int32), axis=0) - 1
+            tl.store(l_row + pos, i, mask=act & (pos < CAP))
+            n += tl.sum(act.to(tl.int32), axis=0)
+            s0 += TILE
         tl.store(nact_ptr + row, n)
         if n > CAP:
             tl.store(cnt_ptr + row, CAP + 1)
@@ -403,16 +404,15 @@ def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_spans, pre_ptr, sc_ptr, o_ptr, K,
     """
     i = tl.arange(0, SIZE)
     m = i < n
-    # .cg: the entries may come from other CTAs of the same launch (one-launch path)
-    packed = tl.load(kb_ptr + i, mask=m, other=0, cache_modifier=".cg")
+    packed = tl.load(kb_ptr + i, mask=m, other=0)
     key1 = packed & RANK_MASK
-    pk = tl.load(pb_ptr + i, mask=m, other=0, cache_modifier=".cg")
+    pk = tl.load(pb_ptr + i, mask=m, other=0)
     idx = pk & COL_MASK
     tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     j = tl.arange(0, NCH)
-    cc = tl.load(cc_ptr + j, mask=j < n_spans, other=0, cache_modifier=".cg")
+    cc = tl.load(cc_ptr + j, mask=j < n_spans, other=0)
     tl.store(pre_ptr + j, tl.cumsum(cc, axis=0) - cc, mask=j < n_spans)
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     order = tl.load(pre_ptr + (pk >> COL_BITS), mask=m, other=0) + (packed >> RANK_SHIFT)
@@ -467,11 +467,17 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _select_row(x_ptr, lengths_ptr, row, n, n_spans, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr, sc_ptr,
-                out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, K, BLOCK: tl.constexpr,
-                NCH: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
-    """Row ``row``'s output from its n buffered candidates in n_spans spans (or the exact
-    fallback past CAP)."""
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
+                   sc_ptr, nact_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols,
+                   n_chunks, K, BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
+                   LIST: tl.constexpr,
+                   SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
+    row = tl.program_id(0)
+    n = tl.load(cnt_ptr + row)
+    if LIST:
+        n_spans = (tl.load(nact_ptr + row) + NSEG - 1) // NSEG
+    else:
+        n_spans = n_chunks + 0 * n
     b_off = row.to(tl.int64) * stride_b
     cc_off = row.to(tl.int64) * stride_cc
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
@@ -486,147 +492,30 @@ def _select_row(x_ptr, lengths_ptr, row, n, n_spans, kbuf_ptr, pbuf_ptr, cc_ptr,
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
 
 
-@triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
-                   sc_ptr, nact_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols,
-                   n_chunks, K, BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
-                   LIST: tl.constexpr,
-                   SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
-    row = tl.program_id(0)
-    n = tl.load(cnt_ptr + row)
-    if LIST:
-        n_spans = (tl.load(nact_ptr + row) + NSEG - 1) // NSEG
-    else:
-        n_spans = n_chunks + 0 * n
-    _select_row(x_ptr, lengths_ptr, row, n, n_spans, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr, sc_ptr,
-                out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, K, BLOCK, NCH, SMALL,
-                CAP, SCAN)
-
-
-@triton.jit
-def _one_launch_kernel(x_ptr, lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, tick_ptr, flag_ptr,
-                       tick2_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr, sc_ptr, out_ptr, stride_x,
-                       stride_g, stride_b, stride_cc, stride_o, cols, K, BLOCK: tl.constexpr,
-                       CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
-                       GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                       NSEG: tl.constexpr, NCH: tl.constexpr, SMALL: tl.constexpr,
-                       CAP: tl.constexpr, SCAN: tl.constexpr):
-    """Small grids (every program resident at once: rows x programs <= SMs): the whole
-    selection in ONE launch, the row read once. Program p of a row loads its R chunks into
-    registers and stores their group maxima; the row's last program (ticket) computes T0 and
-    raises the row's flag; every program spins on the flag, then collects its candidates from
-    its registers (one atomic); the last program to finish (second ticket) selects. The last
-    programs re-arm tickets and flag, so replays need no reset. Needs all of a row's programs
-    resident together (the launch checks rows x programs against the SM count) and is not run
-    under the sequential CPU interpreter (it would spin forever there)."""
-    SEG: tl.constexpr = CHUNK // NSEG
-    row = tl.program_id(0)
-    p = tl.program_id(1)
-    n_prog = tl.num_programs(1)
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-    s = _level(len_e, TARGET, LMAX)
-    x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
-    g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
-    v = tl.reshape(_chunk_values(x_row, p * R, length, len_e, R, BLOCK, CHUNK, NSEG, True),
-                   [R, CHUNK])
-    if p * (R * CHUNK) < len_e:
-        if s >= LOG_R:  # one unit of R folded chunks (as _group_max_kernel)
-            _store_groups(_vmax(v, 0, BLOCK), g_ptr, p, p * (R * CHUNK), len_e, s - LOG_R,
-                          BLOCK, CHUNK, LMAX)
-        else:  # short row: R units of one chunk each, at level s < LOG_R
-            for l in tl.static_range(LOG_R):
-                if s == l:
-                    c = p * R + tl.arange(0, R)
-                    b = tl.arange(0, CHUNK >> l)
-                    gl = _as_key1(_vmax(tl.reshape(v, [R, 1 << l, CHUNK >> l]), 1, BLOCK),
-                                  BLOCK)
-                    first = c[:, None] * CHUNK + b[None, :]
-                    tl.store(g_ptr + c[:, None] * (CHUNK >> l) + b[None, :],
-                             tl.where(first < len_e, gl, 0), mask=(c * CHUNK < len_e)[:, None])
-    tl.debug_barrier()
-    if tl.atomic_add(tick_ptr + row, 1, sem="acq_rel", scope="gpu") == n_prog - 1:
-        tl.store(tick_ptr + row, 0)
-        _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols, K, BLOCK,
-                       CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
-        tl.debug_barrier()
-        tl.atomic_xchg(flag_ptr + row, 1, sem="release", scope="gpu")
-    f = tl.atomic_add(flag_ptr + row, 0, sem="acquire", scope="gpu")
-    while f == 0:
-        f = tl.atomic_add(flag_ptr + row, 0, sem="acquire", scope="gpu")
-    t0 = tl.load(thr_ptr + row, cache_modifier=".cg")
-    # collect from registers: spans = programs, ranks in column order inside the program
-    e = p * (R * CHUNK) + tl.arange(0, R * NSEG)[:, None] * SEG + tl.arange(0, SEG)[None, :]
-    key1 = tl.where(e < len_e, _as_key1(tl.reshape(v, [R * NSEG, SEG]), BLOCK), 0)
-    cand = key1 >= t0
-    n_a = tl.sum(cand.to(tl.int32), axis=1)
-    n_p = tl.sum(n_a, axis=0)
-    if n_p > 0:
-        base = tl.atomic_add(cnt_ptr + row, n_p, sem="relaxed")
-        rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
-        pos = base + rank
-        keep = cand & (pos < CAP)
-        kb_row = kbuf_ptr + row.to(tl.int64) * stride_b
-        tl.store(kb_row + pos, (rank << RANK_SHIFT) | key1, mask=keep)
-        tl.store(pbuf_ptr + row.to(tl.int64) * stride_b + pos, (p << COL_BITS) | e, mask=keep)
-    tl.store(cc_ptr + row.to(tl.int64) * stride_cc + p, n_p)
-    tl.debug_barrier()
-    if tl.atomic_add(tick2_ptr + row, 1, sem="acq_rel", scope="gpu") == n_prog - 1:
-        tl.store(tick2_ptr + row, 0)
-        tl.store(flag_ptr + row, 0)  # every program of the row is past its wait
-        n = tl.load(cnt_ptr + row, cache_modifier=".cg")
-        _select_row(x_ptr, lengths_ptr, row, n, n_prog, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
-                    sc_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, K, BLOCK,
-                    NCH, SMALL, CAP, SCAN)
-
-
-def one_launch_log2(rows: int, n_chunks: int, sm_count: int) -> int | None:
-    """log2 of the chunks R a one-launch program holds: the smallest R that puts every
-    program on its own SM (rows x programs <= sm_count), None past R = 8 (64 KB of fp32 a
-    program, 64 registers a thread at 8 warps)."""
-    for log_r in range(4):
-        if rows * -(-n_chunks // (1 << log_r)) <= sm_count:
-            return log_r
-    return None
-
-
 # Collect programs per row on large grids: one span each up to 64 spans (1,024 active segments;
 # ~730 on random 1M rows at k = 512), strided loops beyond.
 LIST_PROGRAMS = 64
 
 
-def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True,
-           one_launch: bool = True) -> None:
+def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
     """Run the kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
 
-    ``one_launch`` (default, GPU only): when every program fits on its own SM
-    (``one_launch_log2``), the whole selection is ``_one_launch_kernel``. Otherwise:
-    ``fuse`` (default): for k <= 512 on unfolded grids (R = 1: the latency-bound cells) the
-    threshold runs in the last group-maxima program of each row, three launches; elsewhere, or
-    with ``fuse=False`` (the benchmark's comparison), a separate threshold launch. Folded (large)
-    grids collect from the threshold's list of active segments. ``stages < 4`` stops after
-    kernel 1 (group maxima, + threshold when fused), 2 (threshold) or 3 (collect): the
-    benchmark's per-kernel breakdown (multi-launch path only).
+    ``fuse`` (default): for k <= 512 on grids of < 1,024 group-maxima programs (unfolded,
+    R = 1: the latency-bound cells) the threshold runs in the last group-maxima program of
+    each row, three launches; elsewhere, or with ``fuse=False`` (round 1's path, kept for the
+    benchmark's comparison), a separate threshold launch: the fused code's registers
+    (~80-150 a thread) would cut the CTAs per SM of the bandwidth-bound pass. ``stages < 4``
+    stops after kernel 1 (group maxima, + threshold when fused), 2 (threshold) or 3
+    (collect): the benchmark's per-kernel breakdown.
     """
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.chunk)
-    common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
-    sel = dict(NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048 // cfg.block)
-    log_1 = None
-    if one_launch and stages == 4 and x16.is_cuda and not _interpreting():
-        log_1 = one_launch_log2(rows, n_chunks, _sm_count(x16.device))
-    if log_1 is not None:
-        _one_launch_kernel[(rows, triton.cdiv(n_chunks, 1 << log_1))](
-            x16, lengths, ws.gmax, ws.thr, ws.cnt, ws.tick, ws.flag, ws.tick2, ws.kbuf, ws.pbuf,
-            ws.cc, ws.pre, ws.scratch, out, x16.stride(0), ws.gmax.stride(0), ws.kbuf.stride(0),
-            ws.cc.stride(0), out.stride(0), cols, k, LMAX=cfg.lmax, TARGET=cfg.target,
-            GROUPS=cfg.groups, R=1 << log_1, LOG_R=log_1, NSEG=NSEG, num_warps=8, **sel,
-            **common)
-        return
     log_r = span_log2(rows, n_chunks)
     # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
     # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
     fuse = fuse and log_r == 0 and k <= 512
     lst = log_r > 0  # folded (large) grids collect from the threshold's segment list
+    common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
@@ -635,8 +524,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     if stages >= 2 and not fuse:
         _threshold_kernel[(rows,)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.nact, ws.gmax.stride(0),
-            ws.smax.stride(0), ws.seglist.stride(0), cols, k, NSEG=NSEG,
-            MAXSEG=cfg.max_chunks * NSEG, CAP=cfg.cap, LIST=lst, num_warps=8, **spans, **common)
+            ws.smax.stride(0), ws.seglist.stride(0), cols, k, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
+            num_warps=8, **spans, **common)
     if stages >= 3:
         _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
             x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.nact, ws.kbuf, ws.pbuf, ws.cc,
@@ -647,15 +536,5 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
         _select_kernel[(rows,)](
             x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, ws.nact, out,
             x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
-            BLOCK=cfg.block, NSEG=NSEG, LIST=lst, num_warps=8, **sel)
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@functools.cache
-def _sm_count(device) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(device).multi_processor_count
+            BLOCK=cfg.block, NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small,
+            CAP=cfg.cap, SCAN=2048 // cfg.block, num_warps=8)

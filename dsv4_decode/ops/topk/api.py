@@ -19,8 +19,6 @@ class TopkWorkspace:
     Every call overwrites what it reads, so no zeroing is needed between calls.
     - ``tick`` int32 [rows], zero between calls: per-row arrival tickets of the group-maxima
       programs (the last one computes the threshold and re-arms the ticket to 0);
-    - ``flag`` / ``tick2`` int32 [rows], zero between calls: the one-launch path's per-row
-      "T0 ready" flag and collect tickets (re-armed by the row's last program);
     - ``gmax`` int32 [rows, cfg.groups]: group maxima (rank keys) of the row;
     - ``smax`` int32 [rows, cfg.max_chunks * NSEG]: rank-key maxima of contiguous segments of
       ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
@@ -37,8 +35,6 @@ class TopkWorkspace:
 
     cfg: TopkConfig
     tick: torch.Tensor
-    flag: torch.Tensor
-    tick2: torch.Tensor
     gmax: torch.Tensor
     smax: torch.Tensor
     seglist: torch.Tensor
@@ -63,11 +59,8 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
     def buf(*shape):
         return torch.empty(*shape, dtype=torch.int32, device=torch.device(device))
 
-    def zeros(*shape):
-        return torch.zeros(*shape, dtype=torch.int32, device=torch.device(device))
-
     return TopkWorkspace(
-        cfg=cfg, tick=zeros(rows), flag=zeros(rows), tick2=zeros(rows),
+        cfg=cfg, tick=torch.zeros(rows, dtype=torch.int32, device=torch.device(device)),
         gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG),
         seglist=buf(rows, cfg.cap), nact=buf(rows), thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
