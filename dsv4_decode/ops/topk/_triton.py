@@ -354,42 +354,48 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, nact_ptr, kb
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
     a = tl.arange(0, NSEG)
+    t0 = tl.load(thr_ptr + row)
+    cc_row = cc_ptr + row.to(tl.int64) * stride_cc
     if LIST:
         n_act = tl.load(nact_ptr + row)
         n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)  # else: overflowed
         l_row = list_ptr + row.to(tl.int64) * stride_l
-    else:
-        n_spans = tl.where(p * CHUNK < len_e, p + 1, 0)
-    q = p
-    while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
-        if LIST:
+        q = p
+        while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
             ok = q * NSEG + a < n_act
             seg = tl.load(l_row + q * NSEG + a, mask=ok, other=0)
-        else:
-            ok = a < NSEG
-            seg = q * NSEG + a
-        e = seg[:, None] * SEG + tl.arange(0, SEG)[None, :]
-        e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
-        t0 = tl.load(thr_ptr + row)
-        if BLOCK == 1:
-            key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-        else:
-            key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [NSEG * SEG]), length, len_e,
-                                            BLOCK), [NSEG, SEG])
-        cand = key1 >= t0
-        n_a = tl.sum(cand.to(tl.int32), axis=1)
-        n_q = tl.sum(n_a, axis=0)
-        if n_q > 0:
-            # relaxed: only the count must be atomic (the select runs after a kernel boundary)
-            base = tl.atomic_add(cnt_ptr + row, n_q, sem="relaxed")
-            rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32),
-                                                                      axis=1) - 1
-            pos = base + rank
-            keep = cand & (pos < CAP)
-            tl.store(kb_ptr + pos, (rank << RANK_SHIFT) | key1, mask=keep)
-            tl.store(pb_ptr + pos, (q << COL_BITS) | e, mask=keep)
-        tl.store(cc_ptr + row.to(tl.int64) * stride_cc + q, n_q)
-        q += P
+            _collect_span(x_row, seg, ok, q, t0, length, len_e, cnt_ptr + row, kb_ptr, pb_ptr,
+                          cc_row, BLOCK, SEG, CAP)
+            q += P
+    elif p * CHUNK < len_e:  # straight-line: the chunk's load in flight with T0's
+        _collect_span(x_row, p * NSEG + a, a < NSEG, p, t0, length, len_e, cnt_ptr + row,
+                      kb_ptr, pb_ptr, cc_row, BLOCK, SEG, CAP)
+
+
+@triton.jit
+def _collect_span(x_row, seg, ok, q, t0, length, len_e, cnt_ptr, kb_ptr, pb_ptr, cc_row,
+                  BLOCK: tl.constexpr, SEG: tl.constexpr, CAP: tl.constexpr):
+    """Span q = the [NSEG] segments ``seg`` (``ok``: live slots): append its elements >= t0."""
+    NS: tl.constexpr = seg.shape[0]
+    e = seg[:, None] * SEG + tl.arange(0, SEG)[None, :]
+    e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
+    if BLOCK == 1:
+        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
+    else:
+        key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [NS * SEG]), length, len_e, BLOCK),
+                          [NS, SEG])
+    cand = key1 >= t0
+    n_a = tl.sum(cand.to(tl.int32), axis=1)
+    n_q = tl.sum(n_a, axis=0)
+    if n_q > 0:
+        # relaxed: only the count must be atomic (the select runs after a kernel boundary)
+        base = tl.atomic_add(cnt_ptr, n_q, sem="relaxed")
+        rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
+        pos = base + rank
+        keep = cand & (pos < CAP)
+        tl.store(kb_ptr + pos, (rank << RANK_SHIFT) | key1, mask=keep)
+        tl.store(pb_ptr + pos, (q << COL_BITS) | e, mask=keep)
+    tl.store(cc_row + q, n_q)
 
 
 @triton.jit
