@@ -11,7 +11,7 @@ import torch
 from dsv4_decode.engine.cache import compressed_record_bytes, window_record_bytes
 
 from . import _triton
-from .config import SparseAttnConfig
+from .config import SparseAttnConfig, pick_default
 
 
 @dataclass
@@ -42,9 +42,10 @@ def _sm_count(device: torch.device) -> int:
 
 def pick_config(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
                 device: torch.device | str = "cuda") -> SparseAttnConfig:
-    """The default launch config for these static shapes on ``device``."""
-    return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel,
-                                 sm_count=_sm_count(torch.device(device)))
+    """The default launch config for these static shapes on ``device`` (``config.pick_default``:
+    measured on the H200)."""
+    return pick_default(rows, heads, head_dim, window, n_sel,
+                        sm_count=_sm_count(torch.device(device)))
 
 
 def make_workspace(rows: int, heads: int, head_dim: int, window: int, n_sel: int,

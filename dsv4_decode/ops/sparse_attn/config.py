@@ -109,6 +109,24 @@ class SparseAttnConfig:
         return ds == 1 or (ds >= 2 and ds & (ds - 1) == 0 and head_dim // ds >= 32)
 
 
+def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
+                 sm_count: int = 132) -> SparseAttnConfig:
+    """The default launch config, chosen from the H200 sweep of session 3 (16 heads, 512
+    selected + full window; docs/kernels/sparse_attn.md): at head dim >= 256, the ``block_n64``
+    layout with one step a split (2 window + 8 index splits of 64 keys at 512 selected) where
+    all its CTAs fit in one wave (1 per SM: 1-2 requests x 6 rows, up to 13 rows; measured
+    13.67 us at 1 x 6 against 18.18 for the 8-warp rule), else the default layout at 4 warps
+    (two CTAs per SM) split by ``pick`` (measured 31.23 / 104.51 us at 8 / 32 requests x 6
+    rows against 40.44 / 144.68 at 8 warps). Other head dims: ``pick``."""
+    if head_dim >= 256:
+        one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
+        if rows * -(-heads // 16) * one.n_split <= one.ctas_per_sm * sm_count:
+            return one
+        return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count,
+                                     num_warps=4)
+    return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count)
+
+
 def _steps(rows, heads, block_h, block_n, window, n_sel, slots) -> int:
     """Steps per split. Round 1 on the H200 ran at about (10 + 3.7 x waves x steps) us: a CTA's
     time is its step count (each step a serial gather -> dequantise -> 2 MMAs), CTAs beyond the
