@@ -166,8 +166,12 @@ def main(argv=None) -> None:
     if args.breakdown:
         print("\nper-kernel breakdown (group max / threshold / collect / select):")
         for cell in [(1, 65536, "all", 512), (1, 1048576, "all", 512),
-                     (12, 1048576, "all", 512), (64, 1048576, "all", 512),
-                     (1, 1048576, "all", 2048), (64, 65536, "1/8", 2048)]:
+                     (6, 1048576, "all", 512), (12, 1048576, "all", 512),
+                     (24, 1048576, "all", 512), (64, 1048576, "all", 512),
+                     (64, 524288, "all", 512), (24, 1048576, "1/8", 512),
+                     (64, 1048576, "1/8", 512), (64, 65536, "all", 512),
+                     (1, 1048576, "all", 2048), (64, 262144, "1/8", 2048),
+                     (64, 1048576, "all", 2048)]:
             print("  " + breakdown(*cell))
     path = write_rows(rows, "topk", args.out)
     print(f"appended {len(rows)} rows to {path}")
