@@ -7,12 +7,9 @@ shared-expert copy (8 copies, > L2) and, through its own routing, its own expert
 the TP=4 rank shapes (I = 576) and TP=1 (I = 2304); also the DSpark draft layer (128 experts,
 top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-r1`` (round
 1's tiles and launch plan, ``config.ROUND1``), ``ours-nosplit`` (``ours`` without the W1|W3
-split K; only where ``ours`` splits), ``ours-mxfp8`` (CSV impl ``ours_mxfp8``: act_format
-"mxfp8", FP8 tensor cores, ``pick_config(..., act_format="mxfp8")``; same floor bytes, the
-FP8-pair layout has the checkpoint's size), ``ours-mxfp8-k256`` (its K steps of 256, where
-it does not split) and ``torch`` (the PyTorch twin's math per
+split K; only where ``ours`` splits) and ``torch`` (the PyTorch twin's math per
 slot, dequantise + matmuls, ``torch.compile``d; only where its gathered bf16 weights stay
-small; ``--no-torch`` skips it and keeps the full run within a few minutes).
+small).
 The floor: distinct experts touched (measured from each call's routing) x expert bytes +
 shared expert + router, at 4.5 TB/s. CSV rows are appended to ``DIR/moe.csv``.
 """
@@ -37,15 +34,12 @@ from dsv4_decode.ops.moe import (
     prepare_moe_weights,
     route,
 )
-from dsv4_decode.ops.moe.config import MXFP8, ROUND1
+from dsv4_decode.ops.moe.config import ROUND1
 
 D = 5120
 CALLS = 20
 COPIES = 8  # router + shared expert copies: 8 x 12.8 MB (TP=4) > the 60 MB L2
 NOSPLIT = MoEConfig()  # W1|W3 in one K pass, side by side where ours splits
-# mxfp8 with K steps of 256 (fewer SASS instructions per value, 175 registers in W1|W3: 2 CTAs
-# per SM), side by side where ours-mxfp8 does not split
-MXFP8_K256 = dataclasses.replace(MXFP8, up_k=256, down_k=256, num_stages=3, up_stages=3)
 
 
 def expert_bytes(d: int, inter: int, block: int = 32) -> int:
@@ -76,12 +70,9 @@ class Layer:
             a = quant_fp8_weight(torch.randn(2 * inter, D, device="cuda", generator=gen) * 0.05)
             b = quant_fp8_weight(torch.randn(D, inter, device="cuda", generator=gen) * 0.05)
             self.shared.append((*a, *b))
-        # one repacked routed bank per layout; the copies differ only in their shared expert
-        self.prepared = {}
-        for fmt in ("bf16", "mxfp8"):
-            first = prepare_moe_weights(self.w13, self.s13, self.w2, self.s2, self.shared[0],
-                                        fp8_tc=fmt == "mxfp8")
-            self.prepared[fmt] = [dataclasses.replace(first, shared=sh) for sh in self.shared]
+        # one repacked routed bank; the copies differ only in their shared expert
+        first = prepare_moe_weights(self.w13, self.s13, self.w2, self.s2, self.shared[0])
+        self.prepared = [dataclasses.replace(first, shared=sh) for sh in self.shared]
 
 
 def torch_moe(x, gw, gb, w13, s13, w2, s2, sh13, shs13, sh2, shs2, top_k: int):
@@ -131,25 +122,21 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
     case = case_key(rows=rows, tp=tp, experts=layer.n_exp, topk=top_k)
     rows_out = []
     # the default (pick_config), round 1's plan and, where ours splits W1|W3 along K, no split
-    variants = [("ours", pick_config(rows, top_k, True, layer.inter), "bf16")]
+    variants = [("ours", pick_config(rows, top_k, True, layer.inter))]
     if variants[0][1] != ROUND1:
-        variants.append(("ours-r1", ROUND1, "bf16"))
+        variants.append(("ours-r1", ROUND1))
     if variants[0][1].up_split > 1:
-        variants.append(("ours-nosplit", NOSPLIT, "bf16"))
-    variants.append(("ours_mxfp8", pick_config(rows, top_k, True, layer.inter,
-                                               act_format="mxfp8"), "mxfp8"))
-    if variants[-1][1].up_split == 1:
-        variants.append(("ours_mxfp8_k256", MXFP8_K256, "mxfp8"))
-    for impl, cfg, fmt in variants:
+        variants.append(("ours-nosplit", NOSPLIT))
+    for impl, cfg in variants:
         state = {"i": 0}
-        ws = alloc_moe_workspace(rows, top_k, D, layer.inter, "cuda", cfg, fmt)
+        ws = alloc_moe_workspace(rows, top_k, D, layer.inter, "cuda", cfg)
 
-        def ours(cfg=cfg, state=state, ws=ws, fmt=fmt):
+        def ours(cfg=cfg, state=state, ws=ws):
             i = state["i"] % CALLS
             state["i"] += 1
             route(xs[i], *layer.gates[i % COPIES], top_k=top_k, out=routing)
-            moe_experts(xs[i], routing, layer.prepared[fmt][i % COPIES], out=out,
-                        workspace=ws, config=cfg, act_format=fmt)
+            moe_experts(xs[i], routing, layer.prepared[i % COPIES], out=out, workspace=ws,
+                        config=cfg)
 
         try:
             rows_out.append(Row("moe", case, impl, graph_time_us(ours, calls=CALLS), floor))
@@ -170,9 +157,9 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
             print(f"torch baseline failed at {case}: {type(err).__name__}: {err}"[:300])
         else:
             rows_out.append(Row("moe", case, "torch", us, floor))
-    for r in rows_out:  # ours_mxfp8 prints as ours-mxfp8, like the other variants
-        print(f"{r.case} {r.impl.replace('_', '-')}: {r.us:.2f} us, floor {r.floor_us:.2f} us, "
-              f"{r.gbps:.0f} GB/s ({r.gbps / 1000:.2f} TB/s)", flush=True)
+    for r in rows_out:
+        print(f"{r.case} {r.impl}: {r.us:.2f} us, floor {r.floor_us:.2f} us, {r.gbps:.0f} GB/s",
+              flush=True)
     return rows_out
 
 
@@ -199,8 +186,7 @@ def main(argv=None) -> None:
             rows_all += bench_case(layer, rows, top_k, tp, compiled, with_torch)
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "ours_mxfp8", "ours_mxfp8_k256", "ours-r1", "ours-nosplit",
-                           "torch"])
+    print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "torch"])
     path = write_rows(rows_all, "moe", args.out)
     print(f"appended {len(rows_all)} rows to {path}")
 

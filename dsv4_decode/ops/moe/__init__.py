@@ -10,7 +10,6 @@ from .api import (
     moe_experts,
     prepare_moe_weights,
     repack_mxfp4,
-    repack_mxfp4_fp8,
     route,
     stack_experts,
 )
@@ -20,5 +19,5 @@ from .ref import moe_experts_ref, route_ref
 __all__ = [
     "MoEConfig", "MoEWeights", "MoEWorkspace", "Routing", "alloc_moe_workspace", "alloc_routing",
     "build_routing", "moe_experts", "moe_experts_ref", "pick_config", "prepare_moe_weights",
-    "repack_mxfp4", "repack_mxfp4_fp8", "route", "route_ref", "stack_experts",
+    "repack_mxfp4", "route", "route_ref", "stack_experts",
 ]

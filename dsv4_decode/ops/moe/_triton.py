@@ -13,9 +13,6 @@ Six launches per MoE layer (seven with a split-K W1|W3), all with grids fixed by
 5. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``;
 6. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order.
 
-act_format "mxfp8" adds ``_mx8_quant_kernel`` (x -> MXFP8) before 4; 4, 4b and 5 then read and
-write MXFP8 activations and run e4m3 MMAs (``FP8`` constexpr, "FP8 tensor cores" below).
-
 No float atomics anywhere: every output element is written by one CTA with a fixed reduction
 order, so replays are bitwise identical.
 """
@@ -223,115 +220,6 @@ def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     return acc
 
 
-# --------------------------------------------------------------------------- FP8 tensor cores
-# act_format "mxfp8" (api.moe_experts): both MMA operands e4m3, fp32 accumulation per 32-deep
-# K group, times the group's weight and activation scales. Routed weights in the second
-# load-time layout (api.repack_mxfp4_fp8): byte p of a row's 64-value chunk c holds values
-# k = 64c + p ("a") and 64c + 32 + p ("b") with bits (7..0) = a.sign, b.c2, b.sign, a.c2,
-# a.c1, a.c0, b.c1, b.c0 (c = the e2m1 code). The byte ``sign << 7 | code << 2`` is the e4m3
-# encoding of ``value * 2^-6`` exactly (code 001 is the e4m3 subnormal 2^-7), so four "a"
-# values are ``q & 0x9C9C9C9C`` and four "b" values ``(q << 2) & 0x8C.. | (q >> 2) & 0x10..``.
-_INV448 = tl.constexpr(1.0 / 448.0)
-
-
-@triton.jit
-def _f8_pair(q, INTERPRETER: tl.constexpr):
-    """Repacked uint8 ``q [.., 32]`` -> e4m3 (a, b): the chunk's values 0..31 and 32..63, each
-    2^-6 times the e2m1 value. On the GPU one asm instance takes 4 bytes (a 32-bit register)
-    and returns 4 "a" and 4 "b" bytes (registers), the operand layout of the e4m3 MMA."""
-    if INTERPRETER:
-        a = q & 0x9C
-        b = ((q << 2) & 0x8C) | ((q >> 2) & 0x10)
-    else:
-        a, b = tl.inline_asm_elementwise(
-            "{.reg .b32 t, u;\n"
-            "and.b32 $0, $2, 0x9C9C9C9C;\n"
-            "shl.b32 t, $2, 2;\n"
-            "shr.b32 u, $2, 2;\n"
-            "and.b32 u, u, 0x10101010;\n"
-            "and.b32 t, t, 0x8C8C8C8C;\n"
-            "or.b32 $1, t, u;}",
-            "=r,=r,r", [q], dtype=(tl.uint8, tl.uint8), is_pure=True, pack=4)
-    return (a.to(tl.uint8).to(tl.float8e4nv, bitcast=True),
-            b.to(tl.uint8).to(tl.float8e4nv, bitcast=True))
-
-
-@triton.jit
-def _scale_w(s):
-    """Routed ue8m0 byte -> fp32 ``2^(s - 127 + 6)`` (undoes the 2^-6 of ``_f8_pair``)."""
-    return ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _mx4f8_dot(acc, xq_ptr, xs_ptr, rows, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
-               BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
-    """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ xhat[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
-    ``BK % 64 == 0``) for W in the FP8-pair layout (uint8 ``[N, K/2]``, ue8m0 ``[N, K/32]``)
-    and MXFP8 activations ``xq`` e4m3 ``[rows, K]`` with ue8m0 ``xs [rows, K/32]``: one e4m3
-    MMA per 32-deep group, times ``2^(s_w - 121) * 2^(s_x - 127)``, added in fp32. No masks
-    (no predicated loads): ``rows`` and ``offs_n`` must be in bounds (the callers clamp padding
-    rows to a real one and never store them; N % BN == 0 is checked by the API)."""
-    for cc in tl.static_range(BLOCK_K // 64):
-        c = it * (BLOCK_K // 64) + cc
-        q = tl.load(w_ptr + offs_n[:, None] * (K // 2) + c * 32 + tl.arange(0, 32)[None, :])
-        wa, wb = _f8_pair(q, INTERPRETER)
-        offs_k = c * 64 + tl.arange(0, 32)
-        xa = tl.load(xq_ptr + rows[None, :] * K + offs_k[:, None])
-        xb = tl.load(xq_ptr + rows[None, :] * K + 32 + offs_k[:, None])
-        swa = _scale_w(tl.load(s_ptr + offs_n * (K // 32) + 2 * c))
-        swb = _scale_w(tl.load(s_ptr + offs_n * (K // 32) + 2 * c + 1))
-        sxa = _ue8m0_to_f32(tl.load(xs_ptr + rows * (K // 32) + 2 * c))
-        sxb = _ue8m0_to_f32(tl.load(xs_ptr + rows * (K // 32) + 2 * c + 1))
-        acc += tl.dot(wa, xa) * (swa[:, None] * sxa[None, :])
-        acc += tl.dot(wb, xb) * (swb[:, None] * sxb[None, :])
-    return acc
-
-
-@triton.jit
-def _f8f8_dot(acc, xq_ptr, xs_ptr, rows, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
-              BLOCK_K: tl.constexpr):
-    """``_fp8_dot`` with MXFP8 activations (``xq``, ``xs`` as in ``_mx4f8_dot``, no masks
-    either): an e4m3 MMA per 32-deep group times the weight block's and the rows' scales."""
-    for kk in tl.static_range(BLOCK_K // 32):
-        g = it * (BLOCK_K // 32) + kk
-        offs_k = g * 32 + tl.arange(0, 32)
-        xt = tl.load(xq_ptr + rows[None, :] * K + offs_k[:, None])
-        wt = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])
-        s = tl.load(s_ptr + (offs_n // 32) * (K // 32) + g)
-        sx = tl.load(xs_ptr + rows * (K // 32) + g)
-        acc += tl.dot(wt, xt) * (_ue8m0_to_f32(s)[:, None] * _ue8m0_to_f32(sx)[None, :])
-    return acc
-
-
-@triton.jit
-def _mx8_quant(v, AXIS: tl.constexpr):
-    """MXFP8 of fp32 ``v`` per 32 values along AXIS (size 32; spec §3.3, exactly
-    ``formats.quant_fp8_32``): ``amax = max(max|v|, 1e-4)``, ``e = ceil(log2(amax * (1/448)))``
-    from the exponent bits, ``q = e4m3_rne(clamp(v * 2^-e, +-448))``. Returns (q e4m3, the
-    ue8m0 byte ``e + 127`` as int32, AXIS kept with size 1)."""
-    amax = tl.maximum(tl.max(tl.abs(v), axis=AXIS, keep_dims=True), 1e-4)
-    bits = (amax * _INV448).to(tl.int32, bitcast=True)
-    e = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0).to(tl.int32)
-    inv = ((127 - e) << 23).to(tl.float32, bitcast=True)  # 2^-e exactly
-    q = tl.minimum(tl.maximum(v * inv, -448.0), 448.0).to(tl.float8e4nv)
-    return q, e + 127
-
-
-@triton.jit
-def _mx8_quant_kernel(x_ptr, q_ptr, s_ptr, stride_x, D: tl.constexpr, BLOCK_D: tl.constexpr):
-    """``x`` bf16 ``[T, D]`` -> ``q`` e4m3 ``[T, D]``, ``s`` ue8m0 ``[T, D/32]`` (``_mx8_quant``);
-    grid ``(T, D/BLOCK_D)``."""
-    row = tl.program_id(0).to(tl.int64)
-    G: tl.constexpr = BLOCK_D // 32
-    offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    mask = offs < D
-    v = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
-    q, e = _mx8_quant(v.reshape(G, 32), 1)
-    tl.store(q_ptr + row * D + offs.reshape(G, 32), q, mask=mask.reshape(G, 32))
-    offs_g = tl.program_id(1) * G + tl.arange(0, G)
-    tl.store(s_ptr + row * (D // 32) + offs_g, e.reshape(G).to(tl.uint8), mask=offs_g < D // 32)
-
-
 # --------------------------------------------------------------------------- experts
 
 
@@ -343,34 +231,14 @@ def _swiglu(g, u):
 
 
 @triton.jit
-def _h_store_fp8(h, ent, ok, offs_n, h_ptr, hs_ptr, I: tl.constexpr):
-    """MXFP8 of ``h [BN, BM]`` (fp32 values of bf16, BN % 32 == 0; I % 32 == 0, so a group
-    is wholly in or out) -> ``hq[ent, n]`` e4m3 and ``hs[ent, n/32]`` ue8m0."""
-    BN: tl.constexpr = h.shape[0]
-    BM: tl.constexpr = h.shape[1]
-    G: tl.constexpr = BN // 32
-    q, e = _mx8_quant(h.reshape(G, 32, BM), 1)
-    n3 = offs_n.reshape(G, 32)[:, :, None]
-    row = ent[None, None, :].to(tl.int64)
-    tl.store(h_ptr + row * I + n3, q, mask=ok[None, None, :] & (n3 < I))
-    n0 = tl.min(n3, axis=1, keep_dims=True)  # first n of each group
-    tl.store(hs_ptr + row * (I // 32) + n0 // 32, e.to(tl.uint8),
-             mask=ok[None, None, :] & (n0 < I))
-
-
-@triton.jit
-def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, hs_ptr, gu_ptr, pid_s, N_ROWS,
-              I: tl.constexpr, SPLIT: tl.constexpr, FP8: tl.constexpr):
-    """SPLIT == 1: ``h[ent, n] = swiglu(g, u)`` in bf16 (FP8: its MXFP8, ``_h_store_fp8``).
-    Else this K chunk's fp32 partials go to ``gu[pid_s, ent, n]`` (g) and
-    ``gu[pid_s, ent, I + n]`` (u) for ``_moe_swiglu_kernel``."""
+def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, pid_s, N_ROWS,
+              I: tl.constexpr, SPLIT: tl.constexpr):
+    """SPLIT == 1: ``h[ent, n] = swiglu(g, u)`` in bf16. Else this K chunk's fp32 partials go
+    to ``gu[pid_s, ent, n]`` (g) and ``gu[pid_s, ent, I + n]`` (u) for ``_moe_swiglu_kernel``."""
     mask = ok[None, :] & n_ok[:, None]
     if SPLIT == 1:
         h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
-        if FP8:
-            _h_store_fp8(h.to(tl.float32), ent, ok, offs_n, h_ptr, hs_ptr, I)
-        else:
-            tl.store(h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None], h, mask=mask)
+        tl.store(h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None], h, mask=mask)
     else:
         dst = gu_ptr + (pid_s * N_ROWS + ent[None, :]).to(tl.int64) * (2 * I) + offs_n[:, None]
         tl.store(dst, acc_g, mask=mask)
@@ -378,22 +246,18 @@ def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, hs_ptr, gu_ptr, pid_s,
 
 
 @triton.jit
-def _moe_up_kernel(x_ptr, xs_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr,
-                   h_ptr, hs_ptr, gu_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
-                   I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT: tl.constexpr, FP8: tl.constexpr, INTERPRETER: tl.constexpr):
+def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
+                   gu_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr, I: tl.constexpr,
+                   TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+                   INTERPRETER: tl.constexpr):
     """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
     rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
     beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
     BLOCK_N of the I outputs and K chunk ``pid_s`` of SPLIT (``_up_store``). Accumulators are
-    ``[BLOCK_N, BLOCK_M]`` (weights as the MMA's M side: few rows per tile). FP8 (act_format
-    "mxfp8"): ``x`` is the MXFP8 ``xq`` (e4m3 ``[T, D]``, scales ``xs``), the routed weights
-    are in the FP8-pair layout (bytes ``[E, 2I, D/2]``) and ``h`` is stored as MXFP8
-    (``hq`` e4m3, ``hs``)."""
+    ``[BLOCK_N, BLOCK_M]`` (weights as the MMA's M side: few rows per tile)."""
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(0) % SPLIT
-    W_ROW: tl.constexpr = D // 2 if FP8 else D // 8  # bytes or int32 words per weight row
     offs_n = (tl.program_id(0) // SPLIT) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < I
     offs_m = tl.arange(0, BLOCK_M)
@@ -412,56 +276,38 @@ def _moe_up_kernel(x_ptr, xs_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_p
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             e = tl.load(ids_ptr + first).to(tl.int64)
-            wg = w13_ptr + e * (2 * I) * W_ROW
+            wg = w13_ptr + e * (2 * I) * (D // 8)
             sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
-            wu = wg + I * W_ROW
+            wu = wg + I * (D // 8)
             su = sg + I * (D // SCALE_BLOCK)
             for j in range(STEPS):
                 it = it0 + j
-                if FP8:
-                    acc_g = _mx4f8_dot(acc_g, x_ptr, xs_ptr, rows, it, D, wg, sg, offs_n,
-                                       BLOCK_K, INTERPRETER)
-                    acc_u = _mx4f8_dot(acc_u, x_ptr, xs_ptr, rows, it, D, wu, su, offs_n,
-                                       BLOCK_K, INTERPRETER)
-                else:
-                    acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n,
-                                     n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
-                    acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n,
-                                     n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
-            if not FP8:
-                acc_g = acc_g * _POW63
-                acc_u = acc_u * _POW63
-            _up_store(acc_g, acc_u, tl.where(ok, ent, 0), ok, offs_n, n_ok, h_ptr, hs_ptr,
-                      gu_ptr, pid_s, n_rows, I, SPLIT, FP8)
+                acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
+                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
+                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
+            _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
+                      h_ptr, gu_ptr, pid_s, n_rows, I, SPLIT)
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         ssu = ss13_ptr + (I // 32) * (D // 32)
         for j in range(STEPS):
             it = it0 + j
-            if FP8:
-                rows_c = tl.minimum(rows, T - 1)  # padding rows read row T-1, never stored
-                acc_g = _f8f8_dot(acc_g, x_ptr, xs_ptr, rows_c, it, D, sw13_ptr, ss13_ptr,
-                                  offs_n, BLOCK_K)
-                acc_u = _f8f8_dot(acc_u, x_ptr, xs_ptr, rows_c, it, D, sw13_ptr + I * D, ssu,
-                                  offs_n, BLOCK_K)
-            else:
-                acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, sw13_ptr, ss13_ptr,
-                                 offs_n, n_ok, BLOCK_K)
-                acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, sw13_ptr + I * D,
-                                 ssu, offs_n, n_ok, BLOCK_K)
+            acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, sw13_ptr, ss13_ptr,
+                             offs_n, n_ok, BLOCK_K)
+            acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, sw13_ptr + I * D, ssu,
+                             offs_n, n_ok, BLOCK_K)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
-                  hs_ptr, gu_ptr, pid_s, n_rows, I, SPLIT, FP8)
+                  gu_ptr, pid_s, n_rows, I, SPLIT)
 
 
 @triton.jit
-def _moe_swiglu_kernel(gu_ptr, ids_ptr, h_ptr, hs_ptr, N_ENTRIES, N_ROWS, I: tl.constexpr,
-                       SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_I: tl.constexpr,
-                       FP8: tl.constexpr):
+def _moe_swiglu_kernel(gu_ptr, ids_ptr, h_ptr, N_ENTRIES, N_ROWS, I: tl.constexpr,
+                       SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_I: tl.constexpr):
     """Split-K epilogue of ``_moe_up_kernel``: ``h[r] = swiglu(sum_s g_s, sum_s u_s)`` summed
     in chunk order (deterministic), for live rows only: entries with an expert, and the
-    shared rows ``N_ENTRIES + t`` when there is a shared expert (others were never written).
-    FP8: ``h`` stored as MXFP8 (``hq`` e4m3 ``[N_ROWS, I]``, ``hs`` ue8m0 ``[N_ROWS, I/32]``)."""
+    shared rows ``N_ENTRIES + t`` when there is a shared expert (others were never written)."""
     row = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
     e = tl.load(ids_ptr + row, mask=row < N_ENTRIES, other=0)
@@ -476,28 +322,17 @@ def _moe_swiglu_kernel(gu_ptr, ids_ptr, h_ptr, hs_ptr, N_ENTRIES, N_ROWS, I: tl.
         src = gu_ptr + (s * N_ROWS + row).to(tl.int64) * (2 * I) + offs
         g += tl.load(src, mask=mask, other=0.0)
         u += tl.load(src + I, mask=mask, other=0.0)
-    h = _swiglu(g, u).to(tl.bfloat16)
-    if FP8:
-        G: tl.constexpr = BLOCK_I // 32
-        q, e8 = _mx8_quant(h.to(tl.float32).reshape(G, 32), 1)
-        tl.store(h_ptr + row.to(tl.int64) * I + offs.reshape(G, 32), q, mask=mask.reshape(G, 32))
-        offs_g = tl.program_id(1) * G + tl.arange(0, G)
-        tl.store(hs_ptr + row.to(tl.int64) * (I // 32) + offs_g, e8.reshape(G).to(tl.uint8),
-                 mask=(offs_g < I // 32) & live)
-    else:
-        tl.store(h_ptr + row.to(tl.int64) * I + offs, h, mask=mask)
+    tl.store(h_ptr + row.to(tl.int64) * I + offs, _swiglu(g, u).to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
-def _moe_down_kernel(h_ptr, hs_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr,
-                     part_ptr, T, N_ENTRIES, SH_TILES, D: tl.constexpr, I: tl.constexpr,
+def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
+                     T, N_ENTRIES, SH_TILES, D: tl.constexpr, I: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, FP8: tl.constexpr, INTERPRETER: tl.constexpr):
+                     BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
-    first; they live at entries ``N_ENTRIES + t``). FP8: ``h`` is the MXFP8 ``hq`` / ``hs``
-    and the routed W2 is in the FP8-pair layout (bytes ``[E, D, I/2]``)."""
-    W_ROW: tl.constexpr = I // 2 if FP8 else I // 8
+    first; they live at entries ``N_ENTRIES + t``)."""
     pid_m = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < D
@@ -511,30 +346,20 @@ def _moe_down_kernel(h_ptr, hs_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_pt
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             e = tl.load(ids_ptr + first).to(tl.int64)
-            w = w2_ptr + e * D * W_ROW
+            w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
-                if FP8:
-                    acc = _mx4f8_dot(acc, h_ptr, hs_ptr, hrows, it, I, w, s, offs_n, BLOCK_K,
-                                     INTERPRETER)
-                else:
-                    acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
-                                   SCALE_BLOCK, BLOCK_K, INTERPRETER)
-            if not FP8:
-                acc = acc * _POW63
-            tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
+                acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
+                               SCALE_BLOCK, BLOCK_K, INTERPRETER)
+            tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
         for it in range(I // BLOCK_K):
-            if FP8:
-                acc = _f8f8_dot(acc, h_ptr, hs_ptr, hrows, it, I, sw2_ptr, ss2_ptr, offs_n,
-                                BLOCK_K)
-            else:
-                acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
-                               BLOCK_K)
+            acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
+                           BLOCK_K)
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
 

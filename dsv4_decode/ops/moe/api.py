@@ -6,12 +6,10 @@ Public entry points:
   (3 launches: split-K logits, select, routing record; 2 for up to 4 rows, where the one
   select CTA writes the record);
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
-- ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared, fp8_tc=False)`` ->
-  ``MoEWeights`` (load time: checks, and repacks the MXFP4 nibbles for the kernels: the
-  bf16-decode layout, or with ``fp8_tc`` the FP8-tensor-core layout);
-- ``moe_experts(x, routing, weights, act_format="bf16")`` -> ``[T, D]`` bf16 (3 launches:
-  W1|W3 + SwiGLU, W2, combine; 4 with a split-K W1|W3: + the in-order partial sum and
-  SwiGLU; "mxfp8": one more, the MXFP8 quantisation of x);
+- ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
+  time: checks, and repacks the MXFP4 nibbles for the kernels);
+- ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (3 launches: W1|W3 + SwiGLU, W2,
+  combine; 4 with a split-K W1|W3: + the in-order partial sum and SwiGLU);
 - ``alloc_routing`` / ``alloc_moe_workspace`` (buffers for graph capture).
 
 Graph safety: with ``out`` / ``workspace`` given nothing is allocated, nothing is synchronised,
@@ -26,11 +24,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from dsv4_decode.formats import unpack_nibbles
-
 from . import _triton as K
 from .config import MoEConfig, pick_config
-from .ref import ACT_FORMATS
 
 MAX_ENTRIES = 4096  # rows * top_k handled by the one-CTA routing record (sort width)
 
@@ -40,7 +35,6 @@ _ROUTER_BLOCK_K = 128
 _SELECT_ROWS = 4
 _COMBINE_BLOCK_D = 1024
 _SWIGLU_BLOCK_I = 512
-_QUANT_BLOCK_D = 1024
 
 
 def _np2(n: int) -> int:
@@ -218,46 +212,27 @@ def build_routing(ids: torch.Tensor, weights: torch.Tensor, n_experts: int, hidd
 
 @dataclass(frozen=True)
 class MoEWorkspace:
-    """Scratch of ``moe_experts`` for ``T`` rows, ``k`` slots (``n = T*k + T`` entries: the
-    last T rows are the shared expert's): ``h`` bf16 ``[n, I]`` (SwiGLU outputs), ``part``
-    fp32 ``[n, D]`` (per-entry W2 outputs, summed in slot order by the combine), ``gu`` fp32
-    ``[S, n, 2I]`` (W1|W3 split-K partials, S = the config's ``up_split``; ``S = 0`` when it
-    is 1). act_format "mxfp8" uses instead of ``h``: ``xq`` e4m3 ``[T, D]`` + ``xs`` ue8m0
-    uint8 ``[T, D/32]`` (MXFP8 x) and ``hq`` e4m3 ``[n, I]`` + ``hs`` uint8 ``[n, I/32]``
-    (MXFP8 h); the buffers of the other format have 0 rows."""
+    """Scratch of ``moe_experts`` for ``T`` rows, ``k`` slots: ``h`` bf16 ``[T*k + T, I]``
+    (SwiGLU outputs; the last T rows are the shared expert's), ``part`` fp32
+    ``[T*k + T, D]`` (per-entry W2 outputs, summed in slot order by the combine), ``gu`` fp32
+    ``[S, T*k + T, 2I]`` (W1|W3 split-K partials, S = the config's ``up_split``; ``S = 0``
+    when it is 1)."""
 
     h: torch.Tensor
     part: torch.Tensor
     gu: torch.Tensor
-    xq: torch.Tensor
-    xs: torch.Tensor
-    hq: torch.Tensor
-    hs: torch.Tensor
-
-
-def _workspace_shapes(rows, top_k, hidden, inter, split, fp8) -> dict:
-    n = rows * top_k + rows
-    n16, n8, t8 = (0, n, rows) if fp8 else (n, 0, 0)
-    return dict(h=(n16, inter), part=(n, hidden), gu=(split if split > 1 else 0, n, 2 * inter),
-                xq=(t8, hidden), xs=(t8, hidden // 32), hq=(n8, inter), hs=(n8, inter // 32))
-
-
-_WS_DTYPES = dict(h=torch.bfloat16, part=torch.float32, gu=torch.float32,
-                  xq=torch.float8_e4m3fn, xs=torch.uint8, hq=torch.float8_e4m3fn, hs=torch.uint8)
 
 
 def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device,
-                        config: MoEConfig | None = None,
-                        act_format: str = "bf16") -> MoEWorkspace:
-    """Workspace for ``moe_experts(..., config=config, act_format=act_format)``;
-    ``config=None``: the one ``pick_config`` gives for these rows on ``device``."""
-    if act_format not in ACT_FORMATS:
-        _fail("act_format", repr(act_format), f"one of {ACT_FORMATS}")
-    cfg = config or pick_config(rows, top_k, torch.device(device).type == "cuda", inter, hidden,
-                                act_format)
-    shapes = _workspace_shapes(rows, top_k, hidden, inter, cfg.up_split, act_format == "mxfp8")
-    return MoEWorkspace(**{k: torch.empty(v, dtype=_WS_DTYPES[k], device=device)
-                           for k, v in shapes.items()})
+                        config: MoEConfig | None = None) -> MoEWorkspace:
+    """Workspace for ``moe_experts(..., config=config)``; ``config=None``: the one
+    ``pick_config`` gives for these rows on ``device``."""
+    cfg = config or pick_config(rows, top_k, torch.device(device).type == "cuda", inter, hidden)
+    n = rows * top_k + rows
+    split = cfg.up_split if cfg.up_split > 1 else 0
+    return MoEWorkspace(h=torch.empty(n, inter, dtype=torch.bfloat16, device=device),
+                        part=torch.empty(n, hidden, dtype=torch.float32, device=device),
+                        gu=torch.empty(split, n, 2 * inter, dtype=torch.float32, device=device))
 
 
 # Bit positions (code bit 0, 1, 2, sign) of value k = 8j + o in repacked word j (_triton.py).
@@ -287,49 +262,16 @@ def repack_mxfp4(packed: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# FP8-tensor-core layout (act_format "mxfp8"): bit positions (code bit 0, 1, 2, sign) of the
-# two values a = 64c + p and b = 64c + 32 + p in byte p of chunk c of a row (_triton.py).
-FP8_PAIR_BITS = ((2, 3, 4, 7), (0, 1, 6, 5))
-
-
-def repack_mxfp4_fp8(packed: torch.Tensor) -> torch.Tensor:
-    """Checkpoint MXFP4 rows ``uint8 [..., K/2]`` (low nibble = even k) -> the FP8-tensor-core
-    layout, ``uint8 [..., K/2]``, K % 64 == 0: byte ``32c + p`` (chunk ``c`` of 64 values,
-    ``p`` in 0..31) holds value ``a = 64c + p`` and value ``b = 64c + 32 + p``, bits 7..0 =
-    ``a.sign, b.c2, b.sign, a.c2, a.c1, a.c0, b.c1, b.c0`` (``c0..c2`` the e2m1 code bits:
-    mantissa, exponent lsb, exponent msb; ``FP8_PAIR_BITS``). So ``byte & 0x9C`` is the e4m3
-    code of ``a * 2^-6`` and ``(byte << 2) & 0x8C | (byte >> 2) & 0x10`` that of ``b * 2^-6``,
-    exactly. Same bytes per row as the checkpoint; scales are unchanged. Load time only."""
-    if packed.dtype != torch.uint8 or packed.shape[-1] % 32:
-        _fail("packed", f"{packed.dtype} {tuple(packed.shape)}",
-              "uint8 [..., K/2], K % 64 == 0")
-    out = torch.empty_like(packed)
-    width = packed.shape[-1]
-    flat_in, flat_out = packed.reshape(-1, width), out.view(-1, width)
-    step = max(1, (1 << 24) // width)  # rows per chunk: bounded temporaries
-    for r in range(0, flat_in.shape[0], step):
-        nib = unpack_nibbles(flat_in[r:r + step]).reshape(-1, width // 32, 2, 32)
-        byte = torch.zeros_like(nib[:, :, 0])
-        for half, bits in enumerate(FP8_PAIR_BITS):
-            for b, pos in enumerate(bits):
-                byte |= ((nib[:, :, half] >> b) & 1) << pos
-        flat_out[r:r + step] = byte.reshape(-1, width)
-    return out
-
-
 @dataclass(frozen=True)
 class MoEWeights:
     """One MoE layer's expert weights in the kernels' layout (``prepare_moe_weights``).
 
     w13         int32 ``[E, 2I, D/8]``: W1 (rows 0..I-1) then W3 (rows I..2I-1), MXFP4 repacked
                 by ``repack_mxfp4``; w13_scales uint8 ``[E, 2I, D/b]`` ue8m0 per ``b`` inputs.
-                With ``fp8_tc``: uint8 ``[E, 2I, D/2]`` repacked by ``repack_mxfp4_fp8``.
-    w2          int32 ``[E, D, I/8]`` (``fp8_tc``: uint8 ``[E, D, I/2]``); w2_scales uint8
-                ``[E, D, I/b]``.
+    w2          int32 ``[E, D, I/8]``; w2_scales uint8 ``[E, D, I/b]``.
     shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
                 scale uint8 [D/32, I/32])``: the checkpoint layout, one ue8m0 per 32x32 block.
     block       b, the MXFP4 scale block: 32 (V4.1) or 16.
-    fp8_tc      the FP8-tensor-core layout, for ``moe_experts(..., act_format="mxfp8")``.
     """
 
     w13: torch.Tensor
@@ -338,7 +280,6 @@ class MoEWeights:
     w2_scales: torch.Tensor
     shared: tuple | None
     block: int
-    fp8_tc: bool = False
 
     @property
     def n_experts(self) -> int:
@@ -354,7 +295,7 @@ class MoEWeights:
 
 
 def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.Tensor,
-                        w2_scales: torch.Tensor, shared=None, fp8_tc: bool = False) -> MoEWeights:
+                        w2_scales: torch.Tensor, shared=None) -> MoEWeights:
     """Load-time step: checkpoint-layout stacked tensors -> ``MoEWeights``.
 
     w13 uint8 ``[E, 2I, D/2]`` (W1 rows then W3 rows of each expert; two e2m1 per byte, low
@@ -365,24 +306,14 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     ue8m0 scale bytes must lie in [64, 191] (weights between 2^-64 and 2^66; real checkpoints
     use ~110..130): the kernels scale by ``2^(s-64)`` in bf16. Not for the decode step: it
     allocates the repacked copies.
-    ``fp8_tc``: the layout of ``act_format="mxfp8"`` instead (``repack_mxfp4_fp8``; FP8 tensor
-    cores); needs b = 32 and D, I multiples of 64; scale bytes in [18, 248] (the kernel
-    multiplies by ``2^(s-121)`` in fp32).
     """
     e, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
     shared = None if shared is None else tuple(t.contiguous() for t in shared)
-    if not fp8_tc:
-        return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(), repack_mxfp4(w2),
-                          w2_scales.contiguous(), shared, block)
-    if block != 32:
-        _fail("w13_scales", f"scale block {block}", "block 32 with fp8_tc (one MMA per group)")
-    if d % 64 or inter % 64:
-        _fail("w13", f"D = {d}, I = {inter}", "D and I multiples of 64 with fp8_tc")
-    return MoEWeights(repack_mxfp4_fp8(w13), w13_scales.contiguous(), repack_mxfp4_fp8(w2),
-                      w2_scales.contiguous(), shared, block, fp8_tc=True)
+    return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(), repack_mxfp4(w2),
+                      w2_scales.contiguous(), shared, block)
 
 
-def stack_experts(state: dict, prefix: str, n_experts: int, fp8_tc: bool = False) -> MoEWeights:
+def stack_experts(state: dict, prefix: str, n_experts: int) -> MoEWeights:
     """Checkpoint tensors of one MoE layer (``{prefix}experts.{e}.w1.weight`` ... and
     ``{prefix}shared_experts.w1.weight`` ..., spec §2) -> ``prepare_moe_weights``."""
     def ex(e, w, what):
@@ -400,7 +331,7 @@ def stack_experts(state: dict, prefix: str, n_experts: int, fp8_tc: bool = False
         shared = (torch.cat((state[f"{sh}w1.weight"], state[f"{sh}w3.weight"])),
                   torch.cat((state[f"{sh}w1.scale"], state[f"{sh}w3.scale"])),
                   state[f"{sh}w2.weight"], state[f"{sh}w2.scale"])
-    return prepare_moe_weights(w13, s13, w2, s2, shared, fp8_tc)
+    return prepare_moe_weights(w13, s13, w2, s2, shared)
 
 
 def _check_weights(w13, w13_scales, w2, w2_scales, shared):
@@ -437,7 +368,7 @@ def _check_weights(w13, w13_scales, w2, w2_scales, shared):
 
 def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
                 out: torch.Tensor | None = None, workspace: MoEWorkspace | None = None,
-                config: MoEConfig | None = None, act_format: str = "bf16") -> torch.Tensor:
+                config: MoEConfig | None = None) -> torch.Tensor:
     """``out[t] = sum_i weights[t, i] * E_{ids[t, i]}(x[t]) + Shared(x[t])`` (spec §6.2-6.3).
 
     x           bf16 ``[T, D]``, unit column stride.
@@ -448,16 +379,8 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     weights), ``h = silu(min(g, 10)) * clamp(u, -10, 10)`` rounded to bf16, ``W2 h`` in fp32;
     the combine sums the k slots in order in fp32, then the shared expert, and rounds to bf16.
     Rows whose slots are all -1 (padding) get the shared expert only.
-    act_format  "bf16" (the above; weights from ``prepare_moe_weights(...)``) or "mxfp8":
-                x and h (after its bf16 rounding) are quantised MXFP8 (per row, per 32
-                consecutive K values an ue8m0 scale and e4m3 RNE values, spec §3.3; one more
-                launch for x, h in the W1|W3 epilogue) and every expert GEMM, routed and
-                shared, runs on FP8 tensor cores (e4m3 x e4m3, fp32 per 32-deep group times
-                both scales); needs ``prepare_moe_weights(..., fp8_tc=True)``. Same contract
-                otherwise (``ref.moe_experts_ref(..., act_format="mxfp8")`` is its twin).
     out         optional bf16 ``[T, D]`` (unit column stride); workspace optional
-                ``alloc_moe_workspace`` (same act_format); config optional ``MoEConfig``
-                (``pick_config``).
+                ``alloc_moe_workspace``; config optional ``MoEConfig`` (``pick_config``).
     """
     if x.dim() != 2 or x.dtype != torch.bfloat16 or x.stride(1) != 1:
         _fail("x", f"{x.dtype} {tuple(x.shape)}", "bf16 [T, D] with unit column stride")
@@ -467,12 +390,6 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     n_exp, d, inter, block = weights.n_experts, weights.hidden, weights.inter, weights.block
     if x.shape[1] != d:
         _fail("x", tuple(x.shape), f"[T, {d}] (D of the weights)")
-    if act_format not in ACT_FORMATS:
-        _fail("act_format", repr(act_format), f"one of {ACT_FORMATS}")
-    fp8 = act_format == "mxfp8"
-    if weights.fp8_tc != fp8:
-        _fail("weights", f"prepare_moe_weights(..., fp8_tc={weights.fp8_tc})",
-              f"fp8_tc={fp8} for act_format {act_format!r}")
     if routing.rows != t or routing.n_experts != n_exp:
         _fail("routing", f"rows={routing.rows}, E={routing.n_experts}", f"rows={t}, E={n_exp}")
     for name, ten in (("weights", weights.w13), ("routing", routing.ids)):
@@ -483,25 +400,19 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     elif out.dtype != torch.bfloat16 or tuple(out.shape) != (t, d) or out.stride(1) != 1:
         _fail("out", f"{out.dtype} {tuple(out.shape)}", f"bf16 [{t}, {d}], unit column stride")
     k = routing.top_k
-    cfg = config or pick_config(t, k, x.is_cuda, inter, d, act_format)
+    cfg = config or pick_config(t, k, x.is_cuda, inter, d)
     if cfg.block_m != routing.block_m:
         _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
     split = cfg.up_split
-    k_unit = 64 if fp8 else 32  # fp8: whole 64-value chunks per K step
-    if fp8 and (inter % cfg.up_n or cfg.up_n % 32):  # unmasked weight loads, whole h groups
-        _fail("config.up_n", cfg.up_n, f"a multiple of 32 dividing I = {inter} with 'mxfp8'")
-    if fp8 and d % cfg.down_n:
-        _fail("config.down_n", cfg.down_n, f"a divisor of D = {d} with act_format 'mxfp8'")
-    if d % (k_unit * split):
-        _fail("config.up_split", split, f"D = {d} divisible by {k_unit} * up_split")
+    if d % (32 * split):
+        _fail("config.up_split", split, f"D = {d} divisible by 32 * up_split")
     if workspace is None:
-        workspace = alloc_moe_workspace(t, k, d, inter, x.device, cfg, act_format)
-    else:
-        want = _workspace_shapes(t, k, d, inter, split, fp8)
-        got = {name: tuple(getattr(workspace, name).shape) for name in want}
-        if any(got[n] != want[n] and (n != "gu" or split > 1) for n in want):
-            _fail("workspace", got, f"alloc_moe_workspace({t}, {k}, {d}, {inter}, device, "
-                  f"config, {act_format!r}) (up_split {split})")
+        workspace = alloc_moe_workspace(t, k, d, inter, x.device, cfg)
+    elif tuple(workspace.h.shape) != (t * k + t, inter) or \
+            tuple(workspace.part.shape) != (t * k + t, d) or \
+            (split > 1 and tuple(workspace.gu.shape) != (split, t * k + t, 2 * inter)):
+        _fail("workspace", f"h {tuple(workspace.h.shape)}, gu {tuple(workspace.gu.shape)}",
+              f"alloc_moe_workspace({t}, {k}, {d}, {inter}, device, config) (up_split {split})")
     n_entries = t * k
     tiles = routing.max_tiles
     shared = weights.shared
@@ -510,36 +421,29 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     w = weights
     sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
                                                               w.w2_scales)
-    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, FP8=fp8,
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                   INTERPRETER=not x.is_cuda)
     up_launch = dict(launch, num_stages=cfg.up_stages)
     if cfg.up_maxnreg and x.is_cuda:
         up_launch["maxnreg"] = cfg.up_maxnreg
-    ws = workspace
-    # fp8: the expert kernels read MXFP8 x (quantised here, one launch) and write / read
-    # MXFP8 h; their scale pointers are unused in bf16 mode
-    xin, xs, hbuf, hs = (ws.xq, ws.xs, ws.hq, ws.hs) if fp8 else (x, ws.part, ws.h, ws.part)
-    if fp8:
-        K._mx8_quant_kernel[(t, triton.cdiv(d, _QUANT_BLOCK_D))](
-            x, ws.xq, ws.xs, x.stride(0), D=d, BLOCK_D=_QUANT_BLOCK_D, num_warps=4)
     # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
     # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
     K._moe_up_kernel[(triton.cdiv(inter, cfg.up_n) * split, m_tiles)](
-        xin, xs, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, hbuf, hs,
-        ws.gu, t, xin.stride(0), n_entries, sh_tiles, D=d, I=inter,
+        x, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, workspace.h,
+        workspace.gu, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=_k_step(max(cfg.up_k, k_unit), d // split), SPLIT=split, **up_launch)
+        BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **up_launch)
     if split > 1:
         n_rows = n_entries + t
         K._moe_swiglu_kernel[(n_rows, triton.cdiv(inter, _SWIGLU_BLOCK_I))](
-            ws.gu, routing.ids, hbuf, hs, n_entries, n_rows, I=inter, SPLIT=split,
-            HAS_SHARED=shared is not None, BLOCK_I=_SWIGLU_BLOCK_I, FP8=fp8, num_warps=4)
+            workspace.gu, routing.ids, workspace.h, n_entries, n_rows, I=inter, SPLIT=split,
+            HAS_SHARED=shared is not None, BLOCK_I=_SWIGLU_BLOCK_I, num_warps=4)
     K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), m_tiles)](
-        hbuf, hs, routing.entries, routing.ids, w.w2, w.w2_scales, sw2, ss2, ws.part,
+        workspace.h, routing.entries, routing.ids, w.w2, w.w2_scales, sw2, ss2, workspace.part,
         t, n_entries, sh_tiles, D=d, I=inter,
         SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n,
-        BLOCK_K=_k_step(max(cfg.down_k, k_unit), inter), **launch)
+        BLOCK_K=_k_step(cfg.down_k, inter), **launch)
     K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
-        ws.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
+        workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
         TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
     return out

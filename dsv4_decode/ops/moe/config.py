@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,8 @@ ROUND1 = MoEConfig(up_k=256, down_k=256, num_stages=3, up_stages=3, up_maxnreg=0
 _TARGET_UP_CTAS = 4224
 
 
-# act_format "mxfp8" (FP8 tensor cores): Triton 3.6 emits native e4m3 MMAs on sm_90 only as
-# wgmma (4 warps, 64 weight rows); its mma.sync path upcasts e4m3 to f16 (F2FP per 2 values,
-# +0.75 SASS instructions per value: docs/kernels/moe.md, "FP8 tensor-core path").
-MXFP8 = MoEConfig(up_n=64, up_k=128, down_n=128, down_k=128, num_warps=4, up_maxnreg=0)
-
-
 def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
-                hidden: int = 5120, act_format: str = "bf16") -> MoEConfig:
+                hidden: int = 5120) -> MoEConfig:
     """The rule (SM90 SASS counts and ptxas reports, docs/kernels/moe.md): one warp per 16
     weight rows (``num_warps = BLOCK_N / 16``), so each weight value is decoded once and
     mma.sync takes the decoded tile from registers: 32-row W1|W3 tiles and 64-row W2 tiles
@@ -76,13 +70,10 @@ def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
     (1 and 6 rows at TP=4, 1 row at TP=1, draft 1 and 6 rows: 45.6 against 75.5 µs at 1 row
     TP=4); everywhere else ``ROUND1`` (K steps of 256, compiler's registers) beat both the
     split-4 and the unsplit 128-step configs by 5-12 % (12 rows TP=4: 147.6 against 155.2 µs;
-    48 rows: 347.9 against 400.6), so it is the default there.
-    act_format "mxfp8": the ``MXFP8`` tiles (wgmma), with the same split-8 rule (3 stages:
-    135 registers, no spills). Not measured yet."""
+    48 rows: 347.9 against 400.6), so it is the default there."""
     if not on_gpu:
         return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4, up_maxnreg=0)
     ctas = (rows * top_k + -(-rows // 16)) * -(-inter // 32)
-    split = 8 * ctas <= 2 * _TARGET_UP_CTAS and hidden % (128 * 8) == 0
-    if act_format == "mxfp8":
-        return replace(MXFP8, up_split=8, up_stages=3) if split else MXFP8
-    return MoEConfig(up_split=8, up_stages=3) if split else ROUND1
+    if 8 * ctas <= 2 * _TARGET_UP_CTAS and hidden % (128 * 8) == 0:
+        return MoEConfig(up_split=8, up_stages=3)
+    return ROUND1

@@ -10,10 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from dsv4_decode.formats import dequant_fp8_weight, dequant_mxfp4, fake_quant_fp8_32
+from dsv4_decode.formats import dequant_fp8_weight, dequant_mxfp4
 
 SWIGLU_LIMIT = 10.0
-ACT_FORMATS = ("bf16", "mxfp8")
 
 
 def route_ref(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
@@ -55,50 +54,32 @@ def dequant_routed(w13, w13_scales, w2, w2_scales, e: int):
     return w13_f, w2_f
 
 
-def act_quant_ref(a: torch.Tensor, act_format: str = "bf16") -> torch.Tensor:
-    """The activation a GEMM of the experts consumes, fp32 ``[t, K]``: ``a`` itself ("bf16"),
-    or its MXFP8 fake-quant ("mxfp8": per row, per 32 consecutive K values an ue8m0 scale and
-    e4m3 RNE values, spec §3.3 = ``formats.quant_fp8_32``)."""
-    if act_format not in ACT_FORMATS:
-        raise ValueError(f"act_format: got {act_format!r}, needs one of {ACT_FORMATS}")
-    return a.float() if act_format == "bf16" else fake_quant_fp8_32(a.float())
-
-
-def expert_ref(x: torch.Tensor, w13_f: torch.Tensor, w2_f: torch.Tensor,
-               act_format: str = "bf16") -> torch.Tensor:
+def expert_ref(x: torch.Tensor, w13_f: torch.Tensor, w2_f: torch.Tensor) -> torch.Tensor:
     """One clamped-SwiGLU expert in fp32: ``x [t, D]``, ``w13_f [2I, D]`` (W1 rows then W3
-    rows), ``w2_f [D, I]`` -> ``[t, D]`` fp32. "mxfp8": x, and ``h`` after its bf16 rounding,
-    are MXFP8 fake-quantised before their matmuls (``act_quant_ref``)."""
+    rows), ``w2_f [D, I]`` -> ``[t, D]`` fp32."""
     i = w2_f.shape[1]
-    gu = act_quant_ref(x, act_format) @ w13_f.t()  # [t, 2I]
-    h = clamped_swiglu(gu[:, :i], gu[:, i:])  # [t, I]
-    if act_format == "mxfp8":
-        h = act_quant_ref(h.to(torch.bfloat16), act_format)
-    return h @ w2_f.t()
+    gu = x.float() @ w13_f.t()  # [t, 2I]
+    return clamped_swiglu(gu[:, :i], gu[:, i:]) @ w2_f.t()
 
 
 def moe_experts_ref(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
                     w13: torch.Tensor, w13_scales: torch.Tensor,
-                    w2: torch.Tensor, w2_scales: torch.Tensor, shared=None,
-                    act_format: str = "bf16") -> torch.Tensor:
+                    w2: torch.Tensor, w2_scales: torch.Tensor, shared=None) -> torch.Tensor:
     """``sum_i weights[:, i] * E_{ids[:, i]}(x) + Shared(x)`` (spec §6.2-§6.3), fp32 math,
     bf16 out ``[T, D]``.
 
     ``x [T, D]`` bf16; ``ids int32 [T, k]`` (-1 = no expert); ``weights fp32 [T, k]``;
     ``w13 uint8 [E, 2I, D/2]`` + ``w13_scales uint8 [E, 2I, D/b]``; ``w2 uint8 [E, D, I/2]`` +
     ``w2_scales uint8 [E, D, I/b]`` (MXFP4, spec §9); ``shared`` = ``(w13 e4m3 [2I, D],
-    scale [2I/32, D/32], w2 e4m3 [D, I], scale [D/32, I/32])`` or None. ``act_format``:
-    "bf16" (x and h as they are, fp32 math) or "mxfp8" (``expert_ref``: the activations of
-    every expert GEMM, routed and shared, MXFP8 fake-quantised per 1x32).
+    scale [2I/32, D/32], w2 e4m3 [D, I], scale [D/32, I/32])`` or None.
     """
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
     for e in torch.unique(ids[ids >= 0]).tolist():
         rows, slots = torch.nonzero(ids == e, as_tuple=True)
         w13_f, w2_f = dequant_routed(w13, w13_scales, w2, w2_scales, e)
-        y = expert_ref(x[rows], w13_f, w2_f, act_format)
+        y = expert_ref(x[rows], w13_f, w2_f)
         out.index_add_(0, rows, weights[rows, slots].float()[:, None] * y)
     if shared is not None:
         s13, s13_scale, s2, s2_scale = shared
-        out += expert_ref(x, dequant_fp8_weight(s13, s13_scale),
-                          dequant_fp8_weight(s2, s2_scale), act_format)
+        out += expert_ref(x, dequant_fp8_weight(s13, s13_scale), dequant_fp8_weight(s2, s2_scale))
     return out.to(torch.bfloat16)
