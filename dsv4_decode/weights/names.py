@@ -167,6 +167,18 @@ class TableBuilder:
                               (o, i), "even", dim, blk if dim else 1, **kw))
 
 
+    def experts(self, f: str, E: int, I: int, D: int, layer: int, kw: dict) -> None:
+        """The routed MXFP4 experts (W1, W3 [I, D], W2 [D, I]) and the FP8 shared expert of the
+        FFN at prefix ``f``: the same in V4.1 and V4."""
+        for e in range(E):
+            x = f"{f}experts.{e}."
+            self.fp4(x + "w1", I, D, 0, layer=layer, expert=e)
+            self.fp4(x + "w3", I, D, 0, layer=layer, expert=e)
+            self.fp4(x + "w2", D, I, 1, layer=layer, expert=e)
+        self.fp8(f + "shared_experts.w1", I, D, "shared_expert", "even", 0, **kw)
+        self.fp8(f + "shared_experts.w3", I, D, "shared_expert", "even", 0, **kw)
+        self.fp8(f + "shared_experts.w2", D, I, "shared_expert", "even", 1, **kw)
+
     def layer_core(self, cfg: ModelConfig, p: str, kw: dict) -> str:
         """The tensors every V4.1 / V4 layer has (norms, mHC, the attention projections and
         sink) under prefix ``p``; returns the attention prefix."""
@@ -200,7 +212,7 @@ def param_table(cfg: ModelConfig) -> list[Param]:
         engram_primes(cfg)  # validates the table sizes
     q = cfg.quantized
     t = TableBuilder(cfg)
-    out, plain, fp8, fp4 = t.out, t.plain, t.fp8, t.fp4
+    out, plain, fp8 = t.out, t.plain, t.fp8
 
     D, N, d = cfg.hidden_size, cfg.hc_mult, cfg.head_dim
     Q, I = cfg.q_lora_rank, cfg.moe_intermediate_size
@@ -241,14 +253,7 @@ def param_table(cfg: ModelConfig) -> list[Param]:
         plain(f + "gate.weight", (E, D), "bf16", "router", **kw)
         plain(f + "gate.bias", (E,), "fp32", "router", **kw)
         plain(f + "gate.bias_vl", (E,), "fp32", "router", **kw)
-        for e in range(E):
-            x = f"{f}experts.{e}."
-            fp4(x + "w1", I, D, 0, layer=i, expert=e)
-            fp4(x + "w3", I, D, 0, layer=i, expert=e)
-            fp4(x + "w2", D, I, 1, layer=i, expert=e)
-        fp8(f + "shared_experts.w1", I, D, "shared_expert", "even", 0, **kw)
-        fp8(f + "shared_experts.w3", I, D, "shared_expert", "even", 0, **kw)
-        fp8(f + "shared_experts.w2", D, I, "shared_expert", "even", 1, **kw)
+        t.experts(f, E, I, D, i, kw)
     plain("norm.weight", (D,), "bf16", "norms")
     plain("head.weight", (cfg.vocab_size, D), "bf16", "head", "vocab")
     return out

@@ -28,7 +28,7 @@ from .names import Param, TableBuilder
 def param_table_v4(cfg: ModelConfig) -> list[Param]:
     """Every backbone tensor of the V4 ``cfg`` (whole, tp = 1), embed first, head last."""
     t = TableBuilder(cfg)
-    out, plain, fp8, fp4 = t.out, t.plain, t.fp8, t.fp4
+    out, plain, fp8 = t.out, t.plain, t.fp8
 
     def compressor(prefix, ratio, width, dim, comp, kw):
         c = 2 if ratio == 4 else 1  # CSA: two series (Ca | Cb); HCA: one
@@ -59,14 +59,7 @@ def param_table_v4(cfg: ModelConfig) -> list[Param]:
                   "router", **kw)
         else:
             plain(f + "gate.bias", (E,), "fp32", "router", **kw)
-        for e in range(E):
-            x = f"{f}experts.{e}."
-            fp4(x + "w1", I, D, 0, layer=i, expert=e)
-            fp4(x + "w3", I, D, 0, layer=i, expert=e)
-            fp4(x + "w2", D, I, 1, layer=i, expert=e)
-        fp8(f + "shared_experts.w1", I, D, "shared_expert", "even", 0, **kw)
-        fp8(f + "shared_experts.w3", I, D, "shared_expert", "even", 0, **kw)
-        fp8(f + "shared_experts.w2", D, I, "shared_expert", "even", 1, **kw)
+        t.experts(f, E, I, D, i, kw)
     plain("hc_head_fn", (N, N * D), "fp32", "mhc")
     plain("hc_head_base", (N,), "fp32", "mhc")
     plain("hc_head_scale", (1,), "fp32", "mhc")
