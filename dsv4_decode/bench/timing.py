@@ -1,5 +1,6 @@
 """Timing on the GPU: CUDA graphs of back-to-back calls, device events, median of replays.
 
+``capture(fn)`` records ``fn()`` in a CUDA graph after a warm-up outside it;
 ``graph_time_us(fn, calls=20, replays=20)`` captures ``calls`` back-to-back invocations of
 ``fn()`` in one CUDA graph, replays it ``replays`` times (after warm-up) and returns the median
 time per call in microseconds. ``fn`` may rotate among several input sets (so nothing is served
@@ -17,13 +18,13 @@ import torch
 L2_BYTES = 60 * 1024 * 1024  # H200
 
 
-def graph_time_us(fn: Callable[[], object], calls: int = 20, replays: int = 20,
-                  warmup: int = 3) -> float:
-    """Median microseconds per call of ``fn`` over ``replays`` replays of a ``calls``-call graph."""
+def capture(fn: Callable[[], object], calls: int = 1, warmup: int = 1) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``calls`` back-to-back ``fn()``, after ``warmup`` eager calls on a side
+    stream (Triton compiles and the caching allocator settles outside the capture)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(warmup):  # compile, autotune-free warm-up, allocator warm-up
+        for _ in range(warmup):
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
@@ -31,6 +32,13 @@ def graph_time_us(fn: Callable[[], object], calls: int = 20, replays: int = 20,
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
+    return graph
+
+
+def graph_time_us(fn: Callable[[], object], calls: int = 20, replays: int = 20,
+                  warmup: int = 3) -> float:
+    """Median microseconds per call of ``fn`` over ``replays`` replays of a ``calls``-call graph."""
+    graph = capture(fn, calls, warmup)
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()

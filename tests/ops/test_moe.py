@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dsv4_decode.bench.timing import capture
 from dsv4_decode.formats import quant_fp8_weight, quant_mxfp4_weight
 from dsv4_decode.ops.moe import (
     MoEConfig,
@@ -383,14 +384,7 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
         route(x, gw, gb, out=r)
         moe_experts(x, r, experts, out=out, workspace=ws)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
+    g = capture(step)
     for i in range(500):
         x.copy_(inputs[i % 2])
         g.replay()

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from dsv4_decode import formats
+from dsv4_decode.bench.timing import capture
 from dsv4_decode.engine import cache as C
 from dsv4_decode.ops.sparse_attn import (
     LAYOUTS,
@@ -363,14 +364,7 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
     out = torch.empty_like(inp.q)
     run = lambda: sparse_attn(*inp.args(), **inp.kwargs(), out=out, workspace=ws)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = capture(run)
     g = torch.Generator(device="cpu").manual_seed(5)
     for step in range(3):
         new_idx = inp.indices.cpu()[:, torch.randperm(512, generator=g)]

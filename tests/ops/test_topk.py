@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dsv4_decode.bench.timing import capture
 from dsv4_decode.ops.topk import (
     decode_topk,
     decode_topk_blocks,
@@ -324,14 +325,7 @@ def test_gpu_graph_replay_bitwise(rows, k):
     x_s, n_s = inputs[0][0].clone(), inputs[0][1].clone()
     out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
     ws = make_topk_workspace(rows, k, "cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        decode_topk(x_s, n_s, k, out=out, workspace=ws)  # compile outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        decode_topk(x_s, n_s, k, out=out, workspace=ws)
+    graph = capture(lambda: decode_topk(x_s, n_s, k, out=out, workspace=ws))
     for i in range(500):
         x, n = inputs[i % 2]
         x_s.copy_(x)
