@@ -163,15 +163,45 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
     return rows_out
 
 
+def kernels(layer: Layer, rows: int, top_k: int) -> str:
+    """The profiler's per-kernel table of ``ours`` for one case (``bench.kernels``)."""
+    from dsv4_decode.bench.kernels import kernel_table
+
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    xs = [torch.randn(rows, D, device="cuda", generator=gen).to(torch.bfloat16)
+          for _ in range(CALLS)]
+    routing = alloc_routing(rows, top_k, layer.n_exp, D, "cuda")
+    out = torch.empty(rows, D, dtype=torch.bfloat16, device="cuda")
+    cfg = pick_config(rows, top_k, True, layer.inter)
+    ws = alloc_moe_workspace(rows, top_k, D, layer.inter, "cuda", cfg)
+    i = [0]
+
+    def fn():
+        j = i[0] % CALLS
+        i[0] += 1
+        route(xs[j], *layer.gates[j % COPIES], top_k=top_k, out=routing)
+        moe_experts(xs[j], routing, layer.prepared[j % COPIES], out=out, workspace=ws, config=cfg)
+
+    return kernel_table(fn, CALLS).format(f"rows={rows},inter={layer.inter},topk={top_k} {cfg}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="dsv4-decode bench moe", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(RESULTS_DIR), help="CSV folder (appends moe.csv)")
     p.add_argument("--quick", action="store_true", help="rows 1, 6, 48 at TP=4 and 6 at TP=1")
     p.add_argument("--no-torch", action="store_true", help="skip the torch.compile baseline")
+    p.add_argument("--kernels", action="store_true",
+                   help="only print per-kernel times and idle gaps of ours (profiler) at "
+                        "rows 1, 6, 48, TP=4, no CSV")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench moe needs a CUDA GPU")
     gen = torch.Generator(device="cuda").manual_seed(0)
+    if args.kernels:
+        layer = Layer(384, 576, gen)
+        for rows in (1, 6, 48):
+            print(kernels(layer, rows, 6), flush=True)
+        return
     compiled = torch.compile(torch_moe, dynamic=True)
     plan = [(4, 384, 6, (1, 6, 48) if args.quick else (1, 6, 12, 48, 96, 192)),
             (1, 384, 6, (6,) if args.quick else (1, 6, 12, 48, 96, 192))]

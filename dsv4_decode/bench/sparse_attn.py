@@ -204,6 +204,24 @@ def sweep(cases) -> None:
                                           for v in cells) + " |")
 
 
+def kernels(requests: int, q_len: int, heads: int) -> str:
+    """The profiler's per-kernel table of ``ours`` for one case (``bench.kernels``)."""
+    from dsv4_decode.bench.kernels import kernel_table
+
+    inp = Inputs(requests, q_len, heads, SELECTED, CALLS)
+    c = pick_config(inp.rows, heads, D, WINDOW, SELECTED)
+    ws = make_workspace(inp.rows, heads, D, WINDOW, SELECTED, "cuda", c)
+    i = [0]
+
+    def fn():
+        s = i[0] % CALLS
+        i[0] += 1
+        a, kw = inp.call_args(s)
+        sparse_attn(*a, **kw, out=inp.sets[s]["out"], workspace=ws, config=c)
+
+    return kernel_table(fn, CALLS).format(f"requests={requests},q_len={q_len},heads={heads} {c}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="dsv4-decode bench sparse_attn",
                                 description=__doc__.split("\n")[0])
@@ -216,6 +234,8 @@ def main(argv=None) -> None:
                    help="only time launch-config variants of ours (printed, no CSV rows)")
     p.add_argument("--layouts", action="store_true",
                    help="also time every named layout of LAYOUTS (impl ours_<name>)")
+    p.add_argument("--kernels", action="store_true",
+                   help="only print per-kernel times and idle gaps of ours (profiler), no CSV")
     p.add_argument("--cases", default=None,
                    help="comma-separated requests x q_len x heads, e.g. 1x6x16,32x6x16 "
                         "(default: the sweep's or the bench's own list)")
@@ -232,6 +252,10 @@ def main(argv=None) -> None:
         raise SystemExit("bench sparse_attn: needs a CUDA GPU")
     if args.sweep:
         sweep(picked or SWEEP_CASES)
+        return
+    if args.kernels:
+        for b, ql, h in picked or [(1, 6, 16), (8, 6, 16), (32, 6, 16)]:
+            print(kernels(b, ql, h), flush=True)
         return
     if args.quick:
         cases = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64)]

@@ -128,6 +128,26 @@ def breakdown(rows: int, cols: int, valid: str, k: int) -> str:
             + " / ".join(f"{t:.1f}" for t in times) + f"  (mean candidates {cnt:.0f})")
 
 
+KERNEL_CELLS = [(1, 65536, "all", 512), (24, 65536, "all", 512), (1, 1048576, "all", 512),
+                (12, 1048576, "all", 512), (64, 1048576, "all", 512)]
+
+
+def kernels(rows: int, cols: int, valid: str, k: int) -> str:
+    """The profiler's per-kernel table of ``ours`` for one cell (``bench.kernels``)."""
+    from dsv4_decode.bench.kernels import kernel_table
+
+    xs, lens, _ = _inputs(rows, cols, valid)
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, k, "cuda")
+    i = [0]
+
+    def fn():
+        decode_topk(xs[i[0] % len(xs)], lens, k, out=out, workspace=ws)
+        i[0] += 1
+
+    return kernel_table(fn, CALLS).format(f"rows={rows} cols={cols} valid={valid} k={k}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="dsv4-decode bench topk", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(RESULTS_DIR), help="CSV folder (appends topk.csv)")
@@ -135,9 +155,15 @@ def main(argv=None) -> None:
     p.add_argument("--breakdown", action="store_true",
                    help="also print the cumulative time after each kernel for a few cells")
     p.add_argument("--no-baselines", action="store_true", help="skip torch.topk baselines")
+    p.add_argument("--kernels", action="store_true",
+                   help="only print per-kernel times and idle gaps (profiler) for a few cells")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench topk: needs a CUDA GPU")
+    if args.kernels:
+        for cell in KERNEL_CELLS:
+            print(kernels(*cell), flush=True)
+        return
     if args.quick:
         cells = [(1, 65536, "all", 512), (6, 262144, "1/8", 512), (12, 1048576, "all", 512),
                  (64, 1048576, "all", 512), (64, 65536, "1/8", 512), (1, 1048576, "all", 2048),
