@@ -427,7 +427,8 @@ for k, block in ((512, 1), (2048, 1), (2048, 8)):
     for log_r, fuse in ((0, k <= 512), (3, False)):  # fused only for k <= 512
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r)
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}"] = build(
-            K._group_max_kernel, dict(UNROLL=min(1 << log_r, 2), FUSE=fuse, **spans, **common),
+            K._group_max_kernel, dict(UNROLL=min(1 << log_r, 2), SEGS=log_r > 0, FUSE=fuse,
+                                      **spans, **common),
             4)
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
     out[f"threshold-k{k}-b{block}"] = build(K._threshold_kernel, dict(

@@ -208,7 +208,7 @@ def _store_segments(v, s_row, c0, len_e, BLOCK: tl.constexpr, CHUNK: tl.constexp
 @triton.jit
 def _fold_span(x_row, p, length, len_e, s_row, R: tl.constexpr, UNROLL: tl.constexpr,
                BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-               MASKED: tl.constexpr):
+               MASKED: tl.constexpr, SEGS: tl.constexpr):
     """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG]), storing each
     chunk's segment maxima on the way; UNROLL chunks per load."""
     if BLOCK == 1:
@@ -217,7 +217,8 @@ def _fold_span(x_row, p, length, len_e, s_row, R: tl.constexpr, UNROLL: tl.const
         acc = tl.zeros([NSEG, CHUNK // NSEG], dtype=tl.int32)
     for r0 in range(0, R, UNROLL):
         v = _chunk_values(x_row, p * R + r0, length, len_e, UNROLL, BLOCK, CHUNK, NSEG, MASKED)
-        _store_segments(v, s_row, p * R + r0, len_e, BLOCK, CHUNK, NSEG)
+        if SEGS:
+            _store_segments(v, s_row, p * R + r0, len_e, BLOCK, CHUNK, NSEG)
         acc = _vmax_pair(acc, _vmax(v, 0, BLOCK), BLOCK)
     return acc
 
@@ -250,12 +251,13 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
                       stride_x, stride_g, stride_s, cols, K, BLOCK: tl.constexpr,
                       CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
                       GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                      UNROLL: tl.constexpr, NSEG: tl.constexpr, FUSE: tl.constexpr):
-    # Program p covers R chunks: the only full read of the row. Per chunk it stores the NSEG
-    # segment maxima (for the collect pass's pruning); rows long enough (level >= LOG_R) fold
-    # the R chunks with an elementwise max (groups strided by CHUNK), so the level reduction
-    # runs once per R chunks. FUSE: the row's last program to finish (an atomic ticket)
-    # computes the threshold, saving the separate threshold launch.
+                      UNROLL: tl.constexpr, NSEG: tl.constexpr, SEGS: tl.constexpr,
+                      FUSE: tl.constexpr):
+    # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
+    # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
+    # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
+    # CHUNK), so the level reduction runs once per R chunks. FUSE: the row's last program to
+    # finish (an atomic ticket) computes the threshold, saving the separate threshold launch.
     row = tl.program_id(0)
     p = tl.program_id(1)
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
@@ -267,10 +269,10 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
                 acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
-                                 False)
+                                 False, SEGS)
             else:
                 acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
-                                 True)
+                                 True, SEGS)
             _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * (R * CHUNK), len_e,
                           s - LOG_R, BLOCK, CHUNK, LMAX)
     else:
@@ -281,7 +283,8 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
                     v = _chunk_values(x_row, c, length, len_e, 1, BLOCK, CHUNK, NSEG, False)
                 else:
                     v = _chunk_values(x_row, c, length, len_e, 1, BLOCK, CHUNK, NSEG, True)
-                _store_segments(v, s_row, c, len_e, BLOCK, CHUNK, NSEG)
+                if SEGS:
+                    _store_segments(v, s_row, c, len_e, BLOCK, CHUNK, NSEG)
                 _store_groups(tl.reshape(v, [CHUNK]), g_ptr, c, c * CHUNK, len_e, s, BLOCK,
                               CHUNK, LMAX)
     if FUSE:
@@ -368,14 +371,18 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, nact_ptr, kb
                           cc_row, BLOCK, SEG, CAP)
             q += P
     elif p * CHUNK < len_e:  # straight-line: the chunk's load in flight with T0's
-        _collect_span(x_row, p * NSEG + a, a < NSEG, p, t0, length, len_e, cnt_ptr + row,
-                      kb_ptr, pb_ptr, cc_row, BLOCK, SEG, CAP)
+        # as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count and scan stay in
+        # the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x 64K)
+        r8 = tl.arange(0, CHUNK // 8)
+        _collect_span(x_row, p * (CHUNK // 8) + r8, r8 >= 0, p, t0, length, len_e,
+                      cnt_ptr + row, kb_ptr, pb_ptr, cc_row, BLOCK, 8, CAP)
 
 
 @triton.jit
 def _collect_span(x_row, seg, ok, q, t0, length, len_e, cnt_ptr, kb_ptr, pb_ptr, cc_row,
                   BLOCK: tl.constexpr, SEG: tl.constexpr, CAP: tl.constexpr):
-    """Span q = the [NSEG] segments ``seg`` (``ok``: live slots): append its elements >= t0."""
+    """Span q = the segments ``seg`` of SEG elements (``ok``: live slots): append its elements
+    >= t0, each with its rank inside the span."""
     NS: tl.constexpr = seg.shape[0]
     e = seg[:, None] * SEG + tl.arange(0, SEG)[None, :]
     e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
@@ -526,7 +533,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
-        NSEG=NSEG, FUSE=fuse, num_warps=4, **spans, **common)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=4, **spans, **common)
     if stages >= 2 and not fuse:
         _threshold_kernel[(rows,)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.nact, ws.gmax.stride(0),
