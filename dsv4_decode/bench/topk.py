@@ -155,13 +155,25 @@ def main(argv=None) -> None:
     p.add_argument("--breakdown", action="store_true",
                    help="also print the cumulative time after each kernel for a few cells")
     p.add_argument("--no-baselines", action="store_true", help="skip torch.topk baselines")
+    p.add_argument("--cells", default=None,
+                   help="comma-separated rows x cols x valid x k cells, e.g. 1x65536xallx512,"
+                        "64x1048576x1/8x512 (default: the full table, or --quick's)")
     p.add_argument("--kernels", action="store_true",
                    help="only print per-kernel times and idle gaps (profiler) for a few cells")
     args = p.parse_args(argv)
+    picked = None
+    if args.cells:
+        try:
+            picked = [(int(r), int(c), v, int(k)) for r, c, v, k in
+                      (cell.split("x") for cell in args.cells.split(","))]
+        except ValueError:
+            p.error(f"--cells: needs RxCxVxK items like 1x65536xallx512, got {args.cells!r}")
+        if any(v not in ("all", "1/8") for _, _, v, _ in picked):
+            p.error(f"--cells: valid must be 'all' or '1/8', got {args.cells!r}")
     if not torch.cuda.is_available():
         raise SystemExit("bench topk: needs a CUDA GPU")
     if args.kernels:
-        for cell in KERNEL_CELLS:
+        for cell in picked or KERNEL_CELLS:
             print(kernels(*cell), flush=True)
         return
     if args.quick:
@@ -173,6 +185,8 @@ def main(argv=None) -> None:
         cells = [(r, c, v, k) for k in (512, 2048) for c in COLS for v in ("1/8", "all")
                  for r in ROWS]
         block_cells = [(r, c) for c in (524288, 1048576) for r in (1, 6, 12)]
+    if picked:
+        cells, block_cells = picked, []
     rows: list[Row] = []
     for r, c, v, k in cells:
         rows += bench_cell(r, c, v, k, not args.no_baselines)
