@@ -406,32 +406,27 @@ def _collect_span(x_row, seg, ok, q, t0, length, len_e, cnt_ptr, kb_ptr, pb_ptr,
 
 
 @triton.jit
-def _select_tile(kb_ptr, pb_ptr, n, cc_ptr, n_spans, pre_ptr, sc_ptr, o_ptr, K,
-                 SIZE: tl.constexpr, NCH: tl.constexpr):
-    """Exact top-K of the row's n (<= SIZE) candidates, written in ascending index order.
+def _select_tile(packed, pk, m, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
+    """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries, ``m``: the
+    live ones; ``cc``: candidates per span), written in ascending index order.
 
     tau = the K-th largest key1. The candidates are then put in index order (span prefix of
     the per-span counts + rank inside the span: independent of the order the atomics gave the
     buffer), where one prefix sum ranks the ties at tau so the lowest indices win, and a second
-    one packs the kept indices.
+    one packs the kept indices. The span prefix is gathered in registers (``tl.gather``); the
+    index-order permutation goes through global scratch (Triton has no register scatter).
     """
     i = tl.arange(0, SIZE)
-    m = i < n
-    packed = tl.load(kb_ptr + i, mask=m, other=0)
     key1 = packed & RANK_MASK
-    pk = tl.load(pb_ptr + i, mask=m, other=0)
     idx = pk & COL_MASK
     tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
-    j = tl.arange(0, NCH)
-    cc = tl.load(cc_ptr + j, mask=j < n_spans, other=0)
-    tl.store(pre_ptr + j, tl.cumsum(cc, axis=0) - cc, mask=j < n_spans)
-    tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
-    order = tl.load(pre_ptr + (pk >> COL_BITS), mask=m, other=0) + (packed >> RANK_SHIFT)
+    pre = tl.cumsum(cc, axis=0) - cc
+    order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
     flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
     tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
-    tl.debug_barrier()
+    tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
     tie = (v >> TIE_SHIFT) == 1
     keep = ((v >> TIE_SHIFT) == 2) | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= need))
@@ -480,26 +475,34 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, pre_ptr,
-                   sc_ptr, nact_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_o, cols,
-                   n_chunks, K, BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
-                   LIST: tl.constexpr,
-                   SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr):
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, nact_ptr,
+                   out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_chunks, K,
+                   BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
+                   LIST: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
+                   SCAN: tl.constexpr):
     row = tl.program_id(0)
+    b_off = row.to(tl.int64) * stride_b
+    o_ptr = out_ptr + row.to(tl.int64) * stride_o
+    # The count, the span counts and the first SMALL buffer entries load together (entries
+    # past the count are stale and masked off afterwards): one memory round trip, not two.
     n = tl.load(cnt_ptr + row)
     if LIST:
         n_spans = (tl.load(nact_ptr + row) + NSEG - 1) // NSEG
     else:
         n_spans = n_chunks + 0 * n
-    b_off = row.to(tl.int64) * stride_b
-    cc_off = row.to(tl.int64) * stride_cc
-    o_ptr = out_ptr + row.to(tl.int64) * stride_o
+    j = tl.arange(0, NCH)
+    cc = tl.load(cc_ptr + row.to(tl.int64) * stride_cc + j, mask=j < n_spans, other=0)
+    i = tl.arange(0, SMALL)
+    packed = tl.load(kbuf_ptr + b_off + i)
+    pk = tl.load(pbuf_ptr + b_off + i)
     if n <= SMALL:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_spans,
-                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, SMALL, NCH)
+        _select_tile(packed, pk, i < n, cc, sc_ptr + b_off, o_ptr, K, SMALL)
     elif n <= CAP:
-        _select_tile(kbuf_ptr + b_off, pbuf_ptr + b_off, n, cc_ptr + cc_off, n_spans,
-                     pre_ptr + cc_off, sc_ptr + b_off, o_ptr, K, CAP, NCH)
+        c = tl.arange(0, CAP)
+        m = c < n
+        _select_tile(tl.load(kbuf_ptr + b_off + c, mask=m, other=0),
+                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), m, cc, sc_ptr + b_off,
+                     o_ptr, K, CAP)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
@@ -547,7 +550,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
             **common)
     if stages >= 4:
         _select_kernel[(rows,)](
-            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.pre, ws.scratch, ws.nact, out,
+            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.nact, out,
             x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
             BLOCK=cfg.block, NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small,
             CAP=cfg.cap, SCAN=2048 // cfg.block, num_warps=8)

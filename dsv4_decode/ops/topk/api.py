@@ -29,7 +29,7 @@ class TopkWorkspace:
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
     - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key ``| rank inside its
       span << 17``, and its index ``| span << 20`` (a span: a chunk, or 16 listed segments);
-    - ``cc`` / ``pre`` int32 [rows, cfg.max_chunks]: candidates per span and their prefix;
+    - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
     """
 
@@ -44,7 +44,6 @@ class TopkWorkspace:
     kbuf: torch.Tensor
     pbuf: torch.Tensor
     cc: torch.Tensor
-    pre: torch.Tensor
     scratch: torch.Tensor
 
     @property
@@ -64,7 +63,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG),
         seglist=buf(rows, cfg.cap), nact=buf(rows), thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
-        pre=buf(rows, cfg.max_chunks), scratch=buf(rows, cfg.cap))
+        scratch=buf(rows, cfg.cap))
 
 
 def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
