@@ -436,9 +436,9 @@ out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
 out["logits"] = build(K._router_logits_kernel, dict(
     BLOCK_T=16, BLOCK_E=api._ROUTER_BLOCK_E, BLOCK_K=api._ROUTER_BLOCK_K,
     K_CHUNK=api._ROUTER_K_CHUNK), 4)
-for fused in (True, False):  # with the routing record of 4 rows, and without
-    out[f"select-{fused}"] = build(K._router_select_kernel, dict(
-        SPLIT=20, TOP_K=6, K_PAD=8, BLOCK_T=api._SELECT_ROWS, HAS_VALID=True, RECORD=fused, CAP=384,
+for rows, fused in ((1, True), (4, True), (4, False)):  # with the routing record, and without
+    out[f"select-{rows}-{fused}"] = build(K._router_select_kernel, dict(
+        E=384, SPLIT=20, TOP_K=6, K_PAD=8, BLOCK_T=rows, HAS_VALID=True, RECORD=fused, CAP=384,
         NP=32, E_PAD=512, BLOCK_M=16, FILL=512), 4)
 out["record"] = build(K._route_record_kernel, dict(CAP=1152, NP=1024, E_PAD=512, BLOCK_M=16,
                                                     FILL=1024), 8)

@@ -48,46 +48,52 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
 
 @triton.jit
 def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entries_ptr,
-                          shift_ptr, T, E, route_scale, SPLIT: tl.constexpr,
+                          shift_ptr, T, route_scale, E: tl.constexpr, SPLIT: tl.constexpr,
                           TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
                           E_PAD: tl.constexpr, HAS_VALID: tl.constexpr, RECORD: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
                           FILL: tl.constexpr):
     """RECORD (one CTA holds all T rows): the routing record follows in the same launch
-    (``_record`` after a CTA barrier: the ids just stored are visible to the whole CTA)."""
+    (``_record`` after a CTA barrier: the ids just stored are visible to the whole CTA).
+
+    No serial chain of memory round trips: the SPLIT partial loads are unrolled (issued back to
+    back, summed in chunk order: the same fp32 sum as a loop), and each arg-max pass is one
+    int64 max over ``(ordered score bits << 32) | (E_PAD - 1 - e)`` (largest score, ties to the
+    lower id) instead of a float max, an index min and a sum (one CTA reduction, not three)."""
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_e = tl.arange(0, E_PAD)
     tmask = offs_t < T
     emask = offs_e < E
     mask = tmask[:, None] & emask[None, :]
+    ptrs = part_ptr + offs_t[:, None] * E + offs_e[None, :]
     z = tl.zeros((BLOCK_T, E_PAD), dtype=tl.float32)
-    for s in range(SPLIT):  # fixed order: deterministic logits
-        z += tl.load(part_ptr + (s * T + offs_t[:, None]) * E + offs_e[None, :], mask=mask,
-                     other=0.0)
+    for s in tl.static_range(SPLIT):  # fixed order: deterministic logits
+        z += tl.load(ptrs + s * T * E, mask=mask, other=0.0)
     # softplus(z) = max(z, 0) + log1p(exp(-|z|)); log1p by its series where 1 + y rounds.
     y = tl.exp(-tl.abs(z))
     log1p = tl.where(y < 1e-4, y * (1.0 - 0.5 * y), tl.log(1.0 + y))
-    sigma = tl.sqrt(tl.maximum(z, 0.0) + log1p)
+    sigma = tl.sqrt(tl.maximum(z, 0.0) + log1p)  # >= +0: score is never -0.0
     bias = tl.load(bias_ptr + offs_e, mask=emask, other=0.0)
     score = tl.where(emask[None, :], sigma + bias[None, :], float("-inf"))
     valid = tmask
     if HAS_VALID:
         valid = valid & (offs_t < tl.load(valid_ptr))
-    # One arg-max pass per slot; ids and (unnormalised) weights collect in [BT, K_PAD] tiles,
-    # so the normaliser (summed in slot order) applies before the only stores.
+    bits = score.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed order == float order
+    key = (ordered.to(tl.int64) << 32) | (E_PAD - 1 - offs_e)[None, :].to(tl.int64)
+    # One arg-max pass per slot; ids collect in a [BT, K_PAD] tile.
     kk = tl.arange(0, K_PAD)[None, :]
     ids = tl.full((BLOCK_T, K_PAD), -1, tl.int32)
-    sel = tl.zeros((BLOCK_T, K_PAD), dtype=tl.float32)
+    for i in tl.static_range(TOP_K):
+        best = tl.max(key, axis=1)
+        key = tl.where(key == best[:, None], -(2**63 - 1), key)  # below every real key
+        idx = (E_PAD - 1) - (best & (E_PAD - 1)).to(tl.int32)
+        ids = tl.where(kk == i, idx[:, None], ids)
+    # the selected sigmas (exact), normaliser summed in slot order, then the only stores
+    sel = tl.where(kk < TOP_K, tl.gather(sigma, tl.where(kk < TOP_K, ids, 0), 1), 0.0)
     total = tl.zeros((BLOCK_T,), dtype=tl.float32)
     for i in tl.static_range(TOP_K):
-        best = tl.max(score, axis=1)
-        idx = tl.min(tl.where(score == best[:, None], offs_e[None, :], E_PAD), axis=1)
-        hit = offs_e[None, :] == idx[:, None]  # ties go to the lower expert id
-        s_i = tl.sum(tl.where(hit, sigma, 0.0), axis=1)
-        score = tl.where(hit, float("-inf"), score)
-        total += s_i
-        ids = tl.where(kk == i, idx[:, None], ids)
-        sel = tl.where(kk == i, s_i[:, None], sel)
+        total += tl.sum(tl.where(kk == i, sel, 0.0), axis=1)
     norm = route_scale / (total + 1e-20)
     smask = tmask[:, None] & (kk < TOP_K)
     tl.store(ids_ptr + offs_t[:, None] * TOP_K + kk, tl.where(valid[:, None], ids, -1),

@@ -175,10 +175,11 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         BLOCK_T=block_t, BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K,
         K_CHUNK=_ROUTER_K_CHUNK, num_warps=4)
     fused = t <= _SELECT_ROWS  # one select CTA: it writes the record too (one launch less)
-    K._router_select_kernel[(triton.cdiv(t, _SELECT_ROWS),)](
+    select_rows = min(_SELECT_ROWS, _np2(t))  # 1 row: a [1, E] tile, 4x less per thread
+    K._router_select_kernel[(triton.cdiv(t, select_rows),)](
         out.logits, gate_bias, valid_rows if valid_rows is not None else out.ids,
-        out.ids, out.weights, out.entries, out.shift, t, e, float(route_scale),
-        SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k), BLOCK_T=_SELECT_ROWS,
+        out.ids, out.weights, out.entries, out.shift, t, float(route_scale), E=e,
+        SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k), BLOCK_T=select_rows,
         HAS_VALID=valid_rows is not None,
         RECORD=fused, **_record_consts(out), num_warps=4)
     if not fused:
