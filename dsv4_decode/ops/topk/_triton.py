@@ -265,7 +265,17 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
     s_row = smax_ptr + row.to(tl.int64) * stride_s
-    if s >= LOG_R:
+    if (R == 1) & (BLOCK == 1):
+        # Small grids (latency-bound): the chunk's load is issued before the length arrives
+        # (masked by the width only; 0xFF80 = -inf past the length), one round trip less.
+        SEG: tl.constexpr = CHUNK // NSEG
+        e = p * CHUNK + tl.arange(0, NSEG)[:, None] * SEG + tl.arange(0, SEG)[None, :]
+        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=-128)
+        v = tl.where(e < len_e, u, -128).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        if p * CHUNK < len_e:
+            _store_groups(tl.reshape(v.to(tl.float32), [CHUNK]), g_ptr, p, p * CHUNK, len_e,
+                          s, BLOCK, CHUNK, LMAX)
+    elif s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
                 acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
@@ -367,30 +377,44 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, nact_ptr, kb
         while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
             ok = q * NSEG + a < n_act
             seg = tl.load(l_row + q * NSEG + a, mask=ok, other=0)
-            _collect_span(x_row, seg, ok, q, t0, length, len_e, cnt_ptr + row, kb_ptr, pb_ptr,
-                          cc_row, BLOCK, SEG, CAP)
+            key1, e = _span_keys(x_row, seg, ok, length, len_e, BLOCK, SEG)
+            _collect_span(key1, e, q, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
             q += P
-    elif p * CHUNK < len_e:  # straight-line: the chunk's load in flight with T0's
-        # as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count and scan stay in
-        # the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x 64K)
-        r8 = tl.arange(0, CHUNK // 8)
-        _collect_span(x_row, p * (CHUNK // 8) + r8, r8 >= 0, p, t0, length, len_e,
-                      cnt_ptr + row, kb_ptr, pb_ptr, cc_row, BLOCK, 8, CAP)
+    else:
+        # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count
+        # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
+        # rows x 64K). Plain mode loads it before the length and T0 arrive (masked by the
+        # width only), so the three loads are in flight together.
+        e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+        if BLOCK == 1:
+            u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0).to(tl.int32) & 0xFFFF
+            key1 = tl.where(e < len_e, _key1(u), 0)
+        else:
+            r8 = tl.arange(0, CHUNK // 8)
+            key1, e = _span_keys(x_row, p * (CHUNK // 8) + r8, r8 >= 0, length, len_e, BLOCK, 8)
+        if p * CHUNK < len_e:
+            _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
 
 
 @triton.jit
-def _collect_span(x_row, seg, ok, q, t0, length, len_e, cnt_ptr, kb_ptr, pb_ptr, cc_row,
-                  BLOCK: tl.constexpr, SEG: tl.constexpr, CAP: tl.constexpr):
-    """Span q = the segments ``seg`` of SEG elements (``ok``: live slots): append its elements
-    >= t0, each with its rank inside the span."""
+def _span_keys(x_row, seg, ok, length, len_e, BLOCK: tl.constexpr, SEG: tl.constexpr):
+    """key1 of the segments ``seg`` of SEG elements ([NS, SEG]; ``ok``: live slots, the rest
+    read nothing) and their element indices."""
     NS: tl.constexpr = seg.shape[0]
     e = seg[:, None] * SEG + tl.arange(0, SEG)[None, :]
-    e = tl.where(ok[:, None], e, len_e)  # idle slots: masked off, nothing read
+    e = tl.where(ok[:, None], e, len_e)
     if BLOCK == 1:
         key1 = _element_keys(x_row, e, length, len_e, BLOCK)
     else:
         key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [NS * SEG]), length, len_e, BLOCK),
                           [NS, SEG])
+    return key1, e
+
+
+@triton.jit
+def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.constexpr):
+    """Span q = the [NS, SEG] elements ``e`` with keys ``key1``: append those >= t0, each with
+    its rank inside the span."""
     cand = key1 >= t0
     n_a = tl.sum(cand.to(tl.int32), axis=1)
     n_q = tl.sum(n_a, axis=0)
