@@ -12,9 +12,11 @@ with ``fuse=False``), all rows at once, every length read on the device:
    k-th largest group maximum (``_kth_largest``: a 256-bin histogram below the maximum, else a
    bitwise search). At least k elements are >= T0 (every one of those k groups holds its
    maximum), so the top k are >= T0.
-3. ``_collect_kernel``    grid (rows, chunks / G): re-reads the row (from L2 when it fits)
-   and appends every element >= T0 to the row's candidate buffer (key1, and its index with its
-   rank inside the chunk), one atomic per G chunks; stores each chunk's candidate count.
+3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, segments / 128) on folded
+   ones: re-reads the row (small grids: whole chunks; folded grids: only the 128-element
+   segments whose maximum, stored by pass 1, reaches T0) and appends every element >= T0 to
+   the row's candidate buffer (key1, and its index with its rank inside its span), one atomic
+   a span; stores each span's candidate count.
 4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key and
    writes the selected indices in ascending order (deterministic whatever order the atomics
    gave). Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by counting
@@ -310,55 +312,30 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
 
 
 @triton.jit
-def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, nact_ptr,
-                      stride_g, stride_s, stride_l, cols, K, BLOCK: tl.constexpr,
-                      CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
-                      GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                      NSEG: tl.constexpr, CAP: tl.constexpr, LIST: tl.constexpr):
-    """T0 of row ``program_id(0)``; LIST: also the ascending list of the row's segments whose
-    maximum reaches T0 (the collect pass's work list) and its length. Every such segment holds
-    a candidate, so more than CAP of them is an overflow: the counter is set past CAP and the
-    select takes the exact fallback."""
-    row = tl.program_id(0)
-    _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols, K, BLOCK,
-                   CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
-    if LIST:
-        SEG: tl.constexpr = CHUNK // NSEG
-        TILE: tl.constexpr = 2048
-        length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-        n_seg = (len_e + SEG - 1) // SEG
-        tl.debug_barrier()  # T0 was stored by another thread of this CTA
-        t0 = tl.load(thr_ptr + row)
-        s_row = smax_ptr + row.to(tl.int64) * stride_s
-        l_row = list_ptr + row.to(tl.int64) * stride_l
-        n = len_e * 0
-        s0 = len_e * 0
-        while s0 < n_seg:  # (a while: the interpreter cannot range over a tensor)
-            i = s0 + tl.arange(0, TILE)
-            act = tl.load(s_row + i, mask=i < n_seg, other=0) >= t0
-            pos = n + tl.cumsum(act.to(tl.int32), axis=0) - 1
-            tl.store(l_row + pos, i, mask=act & (pos < CAP))
-            n += tl.sum(act.to(tl.int32), axis=0)
-            s0 += TILE
-        tl.store(nact_ptr + row, n)
-        if n > CAP:
-            tl.store(cnt_ptr + row, CAP + 1)
+def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K,
+                      BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
+                      TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
+                      LOG_R: tl.constexpr):
+    """T0 of row ``program_id(0)`` (the unfused path of step 2)."""
+    _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, tl.program_id(0), stride_g, cols,
+                   K, BLOCK, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
 
 
 @triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, nact_ptr, kbuf_ptr,
-                    pbuf_ptr, cc_ptr, stride_x, stride_l, stride_b, stride_cc, cols,
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pbuf_ptr,
+                    cc_ptr, stride_x, stride_s, stride_b, stride_cc, cols,
                     BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-                    CAP: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr):
-    # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
-    # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
-    # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
-    # atomics give never matters to the select. One [NSEG, SEG] load and ONE atomic a span.
-    # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it,
-    #   its load in flight with the threshold's.
-    # LIST == 1: the P programs of a row take spans q = p, p + P, ... of the threshold's list of
-    #   segments whose maximum reaches T0 (~1.4k of a row's segments on random data: a few %
-    #   of a 1M row is re-read); usually one span a program, so nothing waits on a chain.
+                    CAP: tl.constexpr, SEGS: tl.constexpr, SPP: tl.constexpr):
+    # Appends the row's elements >= T0 to its buffer in units ("spans") of up to NSEG segments
+    # of SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank
+    # inside the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order
+    # the atomics give never matters to the select. One load and ONE atomic a span.
+    # SEGS == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it.
+    # SEGS == 1 (folded grids): program p owns segments [p * SPP, (p + 1) * SPP) and reads
+    #   their maxima (stored by pass 1); only the segments whose maximum reaches T0 are re-read
+    #   (~730 of a random 1M row's 8,192 at k = 512), NSEG at a time, in index order: span
+    #   q = p * (SPP / NSEG) + batch, so a row's spans number max_chunks whatever the length
+    #   (the unused ones count 0).
     SEG: tl.constexpr = CHUNK // NSEG
     row = tl.program_id(0)
     p = tl.program_id(1)
@@ -366,20 +343,27 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, nact_ptr, kb
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
-    a = tl.arange(0, NSEG)
     t0 = tl.load(thr_ptr + row)
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
-    if LIST:
-        n_act = tl.load(nact_ptr + row)
-        n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)  # else: overflowed
-        l_row = list_ptr + row.to(tl.int64) * stride_l
-        q = p
-        while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
-            ok = q * NSEG + a < n_act
-            seg = tl.load(l_row + q * NSEG + a, mask=ok, other=0)
-            key1, e = _span_keys(x_row, seg, ok, length, len_e, BLOCK, SEG)
-            _collect_span(key1, e, q, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
-            q += P
+    if SEGS:
+        NB: tl.constexpr = SPP // NSEG  # spans (batches of NSEG segments) a program
+        i = p * SPP + tl.arange(0, SPP)
+        smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i,
+                       mask=i < (len_e + SEG - 1) // SEG, other=0)
+        act = (smax >= t0).to(tl.int32)  # t0 >= 1: segments past the length (0) never
+        csum = tl.cumsum(act, axis=0)
+        n_act = tl.sum(act, axis=0)
+        bq = tl.arange(0, NB)
+        tl.store(cc_row + p * NB + bq, 0, mask=bq * NSEG >= n_act)  # batches with no segment
+        a = tl.arange(0, NSEG)
+        b = n_act * 0
+        while b < n_act:  # (a while: the interpreter cannot range over a tensor)
+            # the (b + a)-th active segment = #{segments whose running count is <= b + a}
+            seg = p * SPP + tl.sum((csum[None, :] <= (b + a)[:, None]).to(tl.int32), axis=1)
+            key1, e = _span_keys(x_row, seg, b + a < n_act, length, len_e, BLOCK, SEG)
+            _collect_span(key1, e, p * NB + b // NSEG, t0, cnt_ptr + row, kb_ptr, pb_ptr,
+                          cc_row, CAP)
+            b += NSEG
     else:
         # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count
         # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
@@ -499,21 +483,16 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, nact_ptr,
-                   out_ptr, stride_x, stride_b, stride_cc, stride_o, cols, n_chunks, K,
-                   BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
-                   LIST: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
-                   SCAN: tl.constexpr):
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, out_ptr,
+                   stride_x, stride_b, stride_cc, stride_o, cols, n_spans, K,
+                   BLOCK: tl.constexpr, NCH: tl.constexpr, SMALL: tl.constexpr,
+                   CAP: tl.constexpr, SCAN: tl.constexpr):
     row = tl.program_id(0)
     b_off = row.to(tl.int64) * stride_b
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     # The count, the span counts and the first SMALL buffer entries load together (entries
     # past the count are stale and masked off afterwards): one memory round trip, not two.
     n = tl.load(cnt_ptr + row)
-    if LIST:
-        n_spans = (tl.load(nact_ptr + row) + NSEG - 1) // NSEG
-    else:
-        n_spans = n_chunks + 0 * n
     j = tl.arange(0, NCH)
     cc = tl.load(cc_ptr + row.to(tl.int64) * stride_cc + j, mask=j < n_spans, other=0)
     i = tl.arange(0, SMALL)
@@ -532,9 +511,9 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
 
 
-# Collect programs per row on large grids: one span each up to 64 spans (1,024 active segments;
-# ~730 on random 1M rows at k = 512), strided loops beyond.
-LIST_PROGRAMS = 64
+# Segments a collect program owns on folded grids: 128 (16K columns; 64 programs a 1M row), so
+# a program re-reads ~11 active segments of a random row in one [16, 128] tile.
+SEG_PER_PROGRAM = 128
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
@@ -554,27 +533,27 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
     # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
     fuse = fuse and log_r == 0 and k <= 512
-    lst = log_r > 0  # folded (large) grids collect from the threshold's segment list
+    segs = log_r > 0  # folded (large) grids: pass 1 stores segment maxima, the collect reads them
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
-        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=4, **spans, **common)
+        NSEG=NSEG, SEGS=segs, FUSE=fuse, num_warps=4, **spans, **common)
     if stages >= 2 and not fuse:
-        _threshold_kernel[(rows,)](
-            lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.nact, ws.gmax.stride(0),
-            ws.smax.stride(0), ws.seglist.stride(0), cols, k, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-            num_warps=8, **spans, **common)
+        _threshold_kernel[(rows,)](lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k,
+                                   num_warps=8, **spans, **common)
+    spp = SEG_PER_PROGRAM
+    programs = triton.cdiv(n_chunks * NSEG, spp) if segs else n_chunks
+    n_spans = programs * (spp // NSEG) if segs else n_chunks
     if stages >= 3:
-        _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
-            x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.nact, ws.kbuf, ws.pbuf, ws.cc,
-            x16.stride(0), ws.seglist.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols,
-            NSEG=NSEG, CAP=cfg.cap, LIST=lst, P=LIST_PROGRAMS if lst else n_chunks, num_warps=4,
-            **common)
+        _collect_kernel[(rows, programs)](
+            x16, lengths, ws.thr, ws.cnt, ws.smax, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
+            ws.smax.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols, NSEG=NSEG,
+            CAP=cfg.cap, SEGS=segs, SPP=spp, num_warps=4, **common)
     if stages >= 4:
         _select_kernel[(rows,)](
-            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.nact, out,
-            x16.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_chunks, k,
-            BLOCK=cfg.block, NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small,
-            CAP=cfg.cap, SCAN=2048 // cfg.block, num_warps=8)
+            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, out, x16.stride(0),
+            ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_spans, k,
+            BLOCK=cfg.block, NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap,
+            SCAN=2048 // cfg.block, num_warps=8)

@@ -23,12 +23,11 @@ class TopkWorkspace:
     - ``smax`` int32 [rows, cfg.max_chunks * NSEG]: rank-key maxima of contiguous segments of
       ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
       pass's pruning;
-    - ``seglist`` int32 [rows, cfg.cap] / ``nact`` int32 [rows]: the segments whose maximum
-      reaches T0, ascending, and their number (large grids; written by the threshold kernel);
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
     - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key ``| rank inside its
-      span << 17``, and its index ``| span << 20`` (a span: a chunk, or 16 listed segments);
+      span << 17``, and its index ``| span << 20`` (a span: a chunk, or a batch of up to 16
+      segments of one collect program);
     - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
     """
@@ -37,8 +36,6 @@ class TopkWorkspace:
     tick: torch.Tensor
     gmax: torch.Tensor
     smax: torch.Tensor
-    seglist: torch.Tensor
-    nact: torch.Tensor
     thr: torch.Tensor
     cnt: torch.Tensor
     kbuf: torch.Tensor
@@ -61,7 +58,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
     return TopkWorkspace(
         cfg=cfg, tick=torch.zeros(rows, dtype=torch.int32, device=torch.device(device)),
         gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG),
-        seglist=buf(rows, cfg.cap), nact=buf(rows), thr=buf(rows), cnt=buf(rows),
+        thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
         scratch=buf(rows, cfg.cap))
 
