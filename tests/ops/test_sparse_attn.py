@@ -172,13 +172,17 @@ def test_matches_reference(case, device):
     check(Inputs(case, device))
 
 
-@pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel"])
+@pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel",
+                                     "nine_splits_fused", "nine_splits_kernel"])
 def test_split_and_merge_variants(variant, device):
-    inp = Inputs(Case(2, 2, 16, 40, window=16, seed=1), device)
-    steps = 1 if variant.startswith("four") else 4  # 1 window + 3 index steps of 16 keys
-    cfg = SparseAttnConfig.with_steps(16, 16, steps, 16, 40, num_warps=4,
-                                      fused_merge=variant != "four_splits_kernel")
-    assert cfg.n_split == (2 if steps == 4 else 4)
+    """Both merges, with the split count a power of two and not (9 splits: the merge's
+    all-splits-at-once loads padded to 16, the padding masked)."""
+    n_sel = 128 if variant.startswith("nine") else 40
+    inp = Inputs(Case(2, 2, 16, n_sel, window=16, seed=1), device)
+    steps = 4 if variant == "two_splits" else 1  # 1 window + 3 (8) index steps of 16 keys
+    cfg = SparseAttnConfig.with_steps(16, 16, steps, 16, n_sel, num_warps=4,
+                                      fused_merge=not variant.endswith("kernel"))
+    assert cfg.n_split == {"two": 2, "four": 4, "nine": 9}[variant.split("_")[0]]
     check(inp, config=cfg)
 
 
@@ -405,6 +409,7 @@ def test_gpu_records_are_exact_bf16():
 
 _COMPILE_SM90 = r'''
 import json
+import triton
 from dsv4_decode.utils.sm90 import spill_stores
 from dsv4_decode.ops.sparse_attn import _triton as K
 from dsv4_decode.ops.sparse_attn import LAYOUTS, SparseAttnConfig, pick_config
@@ -426,7 +431,8 @@ def main(name, cfg, n_sel, fused, pdl=False):
     const = dict(WINDOW=128, D=512, R2=32, PAGE=64, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
                  W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
                  N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused,
-                 DIM_SPLIT=cfg.dim_split, PDL=pdl)
+                 DIM_SPLIT=cfg.dim_split, PDL=pdl, NS=triton.next_power_of_2(cfg.n_split),
+                 FUSED_DM=K.FUSED_MERGE_DIMS)
     out[name] = build(K._sparse_attn_kernel, const, cfg.num_warps)
 
 
@@ -441,10 +447,12 @@ for name, layout in LAYOUTS.items():
     if name != "default":
         main(name, SparseAttnConfig.pick(48, 64, 512, 128, 512, **layout), 512, False,
              pdl=name == "block_n64")
-for n_split, pdl in ((8, False), (20, True)):  # 20: one step a split at 1 request (sweep)
-    const = dict(D=512, DM=K.MERGE_DIMS, R2=32, BLOCK_H=16, N_SPLIT=n_split, HAS_SINK=True,
-                 PDL=pdl)
-    out[f"merge-{n_split}-pdl{pdl}"] = build(K._merge_kernel, const, 4)
+# the merge at the default splits (10 at 1 x 6, 5 from 4 x 6), 20 (one step a split at 1 request,
+# sweep) with PDL, and 32-head blocks
+for n_split, block_h, pdl in ((10, 16, False), (5, 16, False), (20, 16, True), (10, 32, False)):
+    const = dict(D=512, DM=K.merge_dims(512, n_split, block_h), R2=32, BLOCK_H=block_h,
+                 N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
+    out[f"merge-{n_split}-h{block_h}-pdl{pdl}"] = build(K._merge_kernel, const, 4)
 print(json.dumps(out))
 '''
 

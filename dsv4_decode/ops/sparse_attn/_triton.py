@@ -19,7 +19,8 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = 1.4426950408889634
-MERGE_DIMS = 128  # dims per merge-kernel CTA (16 heads x 128 dims x 4 B = 8 KB per partial)
+MERGE_VALUES = 8192  # partial values (splits x heads x dims) per merge CTA, see merge_dims
+FUSED_MERGE_DIMS = 64  # dims per chunk of the fused (last-CTA) merge
 # The FP4 key tiles hold the keys x 2^-8 (one multiply a value, see _compressed_dequant_pairs);
 # the compressed splits scale the scores and acc back by this exact power of two.
 FP4_TILE_SCALE: tl.constexpr = tl.constexpr(256.0)
@@ -125,29 +126,39 @@ def _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e, acc_o, qk_scale):
 
 
 @triton.jit
-def _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads,
-              n_cos, d0, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
-              BLOCK_H: tl.constexpr, HAS_SINK: tl.constexpr):
-    """acc [BLOCK_H, DM] (dims d0 .. d0+DM) unnormalised, m (log2 domain) and l [BLOCK_H] ->
-    sink, normalise, inverse RoPE on the last 2*R2 of the D dims, store bf16."""
-    if HAS_SINK:
-        sink = tl.load(sink_ptr + h, mask=hmask, other=0.0) * 1.4426950408889634
-        m_f = tl.maximum(m, sink)
-    else:
-        m_f = m
-    m_use = tl.where(m_f == float("-inf"), 0.0, m_f)
-    alpha = tl.exp2(m - m_use)
-    den = l * alpha
-    if HAS_SINK:
-        den += tl.exp2(sink - m_use)
-    w = tl.where(den > 0, alpha / tl.where(den > 0, den, 1.0), 0.0)
-    o = acc * w[:, None]
-    # inverse RoPE: rotate pairs (2i, 2i+1) by -pos*f; pairs before the rope slice get cos 1, sin 0
-    a, b = tl.split(tl.reshape(o, (BLOCK_H, DM // 2, 2)))
+def _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, d0, D: tl.constexpr,
+                 DM: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
+                 HAS_SINK: tl.constexpr):
+    """What the finalisation of dims ``d0 .. d0+DM`` reads besides the partials, loaded up
+    front so that it overlaps them: the RoPE table row of ``pos`` for the pairs of the chunk
+    (cos 1 / sin 0 before the rope slice and for positions outside the table; such chunks read
+    nothing) -> ``cs, sn [1, DM/2]``, and the sink in the log2 domain (-inf without sinks,
+    which adds nothing to the denominator) -> ``sink [BLOCK_H, 1]``."""
     i = d0 // 2 + tl.arange(0, DM // 2) - (D // 2 - R2)
     ok = (i >= 0) & (pos >= 0) & (pos < n_cos)
     cs = tl.load(cos_ptr + pos * R2 + i, mask=ok, other=1.0)[None, :]
     sn = tl.load(sin_ptr + pos * R2 + i, mask=ok, other=0.0)[None, :]
+    if HAS_SINK:
+        sink = tl.load(sink_ptr + h, mask=hmask, other=0.0)[:, None] * 1.4426950408889634
+    else:
+        sink = tl.full([BLOCK_H, 1], float("-inf"), tl.float32)
+    return cs, sn, sink
+
+
+@triton.jit
+def _finalize(acc, m, l, sink, cs, sn, row, h, hmask, out_ptr, n_heads, d0, D: tl.constexpr,
+              DM: tl.constexpr, BLOCK_H: tl.constexpr):
+    """acc [BLOCK_H, DM] (dims d0 .. d0+DM) unnormalised, m (log2 domain), l and sink
+    [BLOCK_H, 1], RoPE rows cs / sn [1, DM/2] (``_tail_inputs``) -> sink, normalise, inverse
+    RoPE, store bf16."""
+    m_f = tl.maximum(m, sink)
+    m_use = tl.where(m_f == float("-inf"), 0.0, m_f)
+    alpha = tl.exp2(m - m_use)
+    den = l * alpha + tl.exp2(sink - m_use)
+    w = tl.where(den > 0, alpha / tl.where(den > 0, den, 1.0), 0.0)
+    o = acc * w
+    # inverse RoPE: rotate pairs (2i, 2i+1) by -pos*f; pairs before the rope slice get cos 1, sin 0
+    a, b = tl.split(tl.reshape(o, (BLOCK_H, DM // 2, 2)))
     o = tl.reshape(tl.join(a * cs + b * sn, b * cs - a * sn), (BLOCK_H, DM))
     d = d0 + tl.arange(0, DM)
     offs = (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :]
@@ -155,27 +166,38 @@ def _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr
 
 
 @triton.jit
-def _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr,
-           sink_ptr, n_heads, n_cos, d0, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
-           BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr):
-    """Merge dims ``d0 .. d0+DM`` of the N_SPLIT partials at ``base`` (first split's index)
-    and finalise them. Loads bypass L1 (.cg): the partials were written by other CTAs."""
-    hh = tl.arange(0, BLOCK_H)
-    d = d0 + tl.arange(0, DM)
-    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    for s in tl.static_range(N_SPLIT):
-        m = tl.maximum(m, tl.load(ws_m_ptr + (base + s) * BLOCK_H + hh, cache_modifier=".cg"))
+def _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, d0, D: tl.constexpr, DM: tl.constexpr,
+                 BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, NS: tl.constexpr,
+                 CACHE: tl.constexpr):
+    """Dims ``d0 .. d0+DM`` of the N_SPLIT partials at ``base`` (first split's index) ->
+    (acc [BLOCK_H, DM, NS], m, l [BLOCK_H, NS]): one masked load each (NS = N_SPLIT rounded
+    up to a power of two; the padding reads nothing), all issued before any is used, so the
+    merge waits for one memory round trip, not one per split. The split dim is last so that
+    Triton's layout keeps it in registers (its order puts dims of equal contiguity in index
+    order, fastest first): the sum over splits is in-thread. CACHE ".cg" (fused merge: written
+    by other CTAs of the same launch) bypasses L1."""
+    s = tl.arange(0, NS)[None, :]
+    r = (base + s) * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]  # [BLOCK_H, NS]
+    ok = s < N_SPLIT
+    d = d0 + tl.arange(0, DM)[None, :, None]
+    part = tl.load(ws_acc_ptr + r.to(tl.int64)[:, None, :] * D + d, mask=ok[:, None, :],
+                   other=0.0, cache_modifier=CACHE)
+    # Without this barrier ptxas issues the m loads first and starts their cross-lane max
+    # (waiting for them) before it issues the acc loads: two round trips instead of one.
+    tl.debug_barrier()
+    m_s = tl.load(ws_m_ptr + r, mask=ok, other=float("-inf"), cache_modifier=CACHE)
+    l_s = tl.load(ws_l_ptr + r, mask=ok, other=0.0, cache_modifier=CACHE)
+    return part, m_s, l_s
+
+
+@triton.jit
+def _merge_combine(part, m_s, l_s):
+    """``_merge_loads``' partials -> (m, l [BLOCK_H, 1], acc [BLOCK_H, DM]) against the
+    largest m of the splits (log2 domain)."""
+    m = tl.max(m_s, 1)[:, None]
     m_use = tl.where(m == float("-inf"), 0.0, m)
-    acc = tl.zeros([BLOCK_H, DM], tl.float32)
-    l = tl.zeros([BLOCK_H], tl.float32)
-    for s in tl.static_range(N_SPLIT):
-        r = (base + s) * BLOCK_H + hh
-        w = tl.exp2(tl.load(ws_m_ptr + r, cache_modifier=".cg") - m_use)
-        l += w * tl.load(ws_l_ptr + r, cache_modifier=".cg")
-        part = tl.load(ws_acc_ptr + r.to(tl.int64)[:, None] * D + d[None, :], cache_modifier=".cg")
-        acc += w[:, None] * part
-    _finalize(acc, m, l, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos,
-              d0, D, DM, R2, BLOCK_H, HAS_SINK)
+    w = tl.exp2(m_s - m_use)  # 0 for splits that saw no key and for the padding
+    return m, tl.sum(w * l_s, 1)[:, None], tl.sum(part * w[:, None, :], 2)
 
 
 @triton.jit
@@ -435,7 +457,7 @@ def _sparse_attn_kernel(
     PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
     N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
     HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr, DIM_SPLIT: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, NS: tl.constexpr, FUSED_DM: tl.constexpr,
 ):
     if PDL:  # the merge kernel may launch once every CTA here has started (it waits for us)
         gdc_launch_dependents()
@@ -486,8 +508,10 @@ def _sparse_attn_kernel(
                     C_STEPS)
 
     if N_SPLIT == 1:
-        _finalize(acc, m_i, l_i, row, h, hmask, pos, out_ptr, cos_ptr, sin_ptr, sink_ptr,
-                  n_heads, n_cos, 0, D, D, R2, BLOCK_H, HAS_SINK)
+        cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, 0, D, D,
+                                    R2, BLOCK_H, HAS_SINK)
+        _finalize(acc, m_i[:, None], l_i[:, None], sink, cs, sn, row, h, hmask, out_ptr,
+                  n_heads, 0, D, D, BLOCK_H)
     else:
         group = row * n_hb + pid_h
         r = (group * N_SPLIT + pid_s) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -500,31 +524,61 @@ def _sparse_attn_kernel(
             tl.debug_barrier()
             arrived = tl.atomic_add(cnt_ptr + group, 1, sem="acq_rel", scope="gpu")
             if arrived == N_SPLIT - 1:
-                _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, group * N_SPLIT, row, h, hmask, pos,
-                       out_ptr, cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, 0, D, D, R2,
-                       BLOCK_H, N_SPLIT, HAS_SINK)
+                for c in range(D // FUSED_DM):  # a loop: one chunk's registers at a time
+                    d0 = c * FUSED_DM
+                    cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos,
+                                                d0, D, FUSED_DM, R2, BLOCK_H, HAS_SINK)
+                    part, m_s, l_s = _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr,
+                                                  group * N_SPLIT, d0, D, FUSED_DM, BLOCK_H,
+                                                  N_SPLIT, NS, ".cg")
+                    m, l, acc_m = _merge_combine(part, m_s, l_s)
+                    _finalize(acc_m, m, l, sink, cs, sn, row, h, hmask, out_ptr, n_heads, d0, D,
+                              FUSED_DM, BLOCK_H)
                 tl.atomic_xchg(cnt_ptr + group, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, pos_ptr, out_ptr, cos_ptr, sin_ptr, sink_ptr,
                   n_heads, n_cos, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
-                  BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SINK: tl.constexpr,
-                  PDL: tl.constexpr):
-    """One CTA per (head block, row, DM-dim chunk): DM = 128 of 512 dims makes 4x the CTAs,
-    each reading a quarter of the partials, so the merge's serial load time shrinks 4x.
-    PDL: launched as a programmatic dependent of the attention kernel, so the CTAs start while
-    the attention CTAs run and wait (griddepcontrol.wait) only before reading the partials."""
+                  BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, NS: tl.constexpr,
+                  HAS_SINK: tl.constexpr, PDL: tl.constexpr):
+    """One CTA per (head block, row, DM-dim chunk), DM from ``merge_dims`` (~8K partial values
+    a CTA). Each CTA issues all its loads at once: the position, RoPE rows and sinks (inputs of
+    the step), then every split's m, l and acc chunk in one 3-d load each; so its time is about
+    one L2 round trip plus the arithmetic, whatever the split count. PDL: launched as a
+    programmatic dependent of the attention kernel; the inputs are read before
+    griddepcontrol.wait, the partials after."""
     pid_h = tl.program_id(0)
     row = tl.program_id(1)
     d0 = tl.program_id(2) * DM
     h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    pos = tl.load(pos_ptr + row)  # an input of the step, not written by the attention kernel
+    hmask = h < n_heads
+    base = (row * tl.num_programs(0) + pid_h) * N_SPLIT
     if PDL:
+        # the step's inputs (not written by the attention kernel) while it still runs
+        pos = tl.load(pos_ptr + row)
+        cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, d0, D, DM,
+                                    R2, BLOCK_H, HAS_SINK)
         gdc_wait()
-    group = row * tl.num_programs(0) + pid_h
-    _merge(ws_acc_ptr, ws_m_ptr, ws_l_ptr, group * N_SPLIT, row, h, h < n_heads, pos, out_ptr,
-           cos_ptr, sin_ptr, sink_ptr, n_heads, n_cos, d0, D, DM, R2, BLOCK_H, N_SPLIT, HAS_SINK)
+        part, m_s, l_s = _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, d0, D, DM, BLOCK_H,
+                                      N_SPLIT, NS, "")
+    else:
+        # the partials first: the position -> RoPE row chain overlaps their round trip
+        part, m_s, l_s = _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, d0, D, DM, BLOCK_H,
+                                      N_SPLIT, NS, "")
+        pos = tl.load(pos_ptr + row)
+        cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, d0, D, DM,
+                                    R2, BLOCK_H, HAS_SINK)
+    m, l, acc = _merge_combine(part, m_s, l_s)
+    _finalize(acc, m, l, sink, cs, sn, row, h, hmask, out_ptr, n_heads, d0, D, DM, BLOCK_H)
+
+
+def merge_dims(d: int, n_split: int, block_h: int) -> int:
+    """Dims per merge CTA: ``MERGE_VALUES`` partial values (all splits x heads x dims), so that
+    the CTA's loads are all in flight at once without spilling (64 fp32 a thread at 4 warps),
+    at least 16 dims."""
+    ns = triton.next_power_of_2(n_split)
+    return min(d, max(16, MERGE_VALUES // (ns * block_h)))
 
 
 def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, block_table,
@@ -555,14 +609,16 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
         HAS_SEL=has_sel,
         HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, DIM_SPLIT=cfg.dim_split,
-        PDL=pdl, num_warps=cfg.num_warps,
+        PDL=pdl, NS=triton.next_power_of_2(cfg.n_split), FUSED_DM=min(d, FUSED_MERGE_DIMS),
+        num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     if cfg.n_split > 1 and not cfg.fused_merge:
-        dm = min(d, MERGE_DIMS)
+        dm = merge_dims(d, cfg.n_split, cfg.block_h)
         _merge_kernel[(n_hb, t, d // dm)](
             ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
             D=d, DM=dm, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
+            NS=triton.next_power_of_2(cfg.n_split),
             HAS_SINK=sinks is not None, PDL=pdl, num_warps=4,
             **({"launch_pdl": True} if pdl else {}),
         )
