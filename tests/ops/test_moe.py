@@ -230,6 +230,31 @@ def test_deterministic_and_workspace(device, cpu_experts):
         moe_experts(x, r, prepared, workspace=ws, config=cfg)
 
 
+@pytest.mark.parametrize("rows,split", [(4, 4), (17, 2)])
+def test_ticket_epilogues_reset(device, cpu_experts, rows, split):
+    """Last-arriving-CTA epilogues (split-K SwiGLU; the combine on W2's last CTAs at <= 16
+    rows, the combine launch above): one workspace reused across calls gives what a fresh one
+    gives, bitwise, and every ticket counter is back at zero after each call."""
+    gen = torch.Generator().manual_seed(rows)
+    weights = tuple(t.to(device) for t in cpu_experts[:4]) + (
+        tuple(t.to(device) for t in cpu_experts[4]),)
+    prepared = prepare_moe_weights(*weights)
+    cfg = cpu_config(split)
+    ws = alloc_moe_workspace(rows, 2, D, I, device, cfg)
+    out = torch.empty(rows, D, dtype=torch.bfloat16, device=device)
+    for call in range(3):
+        ids = random_ids(rows, 2, E, gen)
+        ids[1] = -1  # a padding row: shared expert only
+        r = build_routing(ids.to(device), rand_weights(rows, 2, gen).to(device), E)
+        x = torch.randn(rows, D, generator=gen).to(torch.bfloat16).to(device)
+        out.fill_(float("nan"))
+        moe_experts(x, r, prepared, out=out, workspace=ws, config=cfg)
+        assert not ws.tick.any(), f"call {call}: ticket counters not reset"
+        assert torch.equal(out, moe_experts(x, r, prepared, config=cfg)), f"call {call}"
+        if call == 0:
+            check_close(out, ref_experts(x, r, weights))
+
+
 def test_bad_arguments(device, cpu_experts):
     raw = tuple(t.to(device) for t in cpu_experts[:4]) + (None,)
     prepared = prepare_moe_weights(*raw)
@@ -367,9 +392,11 @@ def test_gpu_block16():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 48])
+@pytest.mark.parametrize("rows", [1, 6, 12, 48])
 def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
-    """Capture route + experts once; 500 replays alternating two inputs equal eager bitwise."""
+    """Capture route + experts once; 500 replays alternating two inputs equal eager bitwise
+    (1-6 rows: the split-K SwiGLU and the combine on W2's last CTAs, 12 rows: the combine there
+    without a split, 48 rows: the combine launch); the ticket counters end at zero."""
     _, (gw, gb) = gpu_bank
     experts = gpu_prepared
     gen = torch.Generator().manual_seed(13)
@@ -392,6 +419,7 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
             torch.cuda.synchronize()
             assert torch.equal(out, eager[i % 2]), f"replay {i} differs from eager"
     torch.cuda.synchronize()
+    assert not ws.tick.any(), "ticket counters not reset"
 
 
 # --------------------------------------------------------------------------- sm90 compile
@@ -406,7 +434,8 @@ from dsv4_decode.ops.moe.config import ROUND1
 PTR = dict(x_ptr="*bf16", entries_ptr="*i32", ids_ptr="*i32", w13_ptr="*i32", s13_ptr="*u8",
            sw13_ptr="*fp8e4nv", ss13_ptr="*u8", h_ptr="*bf16", gu_ptr="*fp32", w2_ptr="*i32",
            s2_ptr="*u8", sw2_ptr="*fp8e4nv", ss2_ptr="*u8", part_ptr="*fp32", wts_ptr="*fp32",
-           out_ptr="*bf16", w_ptr="*bf16", bias_ptr="*fp32", valid_ptr="*i32", shift_ptr="*i32")
+           out_ptr="*bf16", w_ptr="*bf16", bias_ptr="*fp32", valid_ptr="*i32", shift_ptr="*i32",
+           tick_ptr="*i32")
 
 
 def build(fn, const, num_warps, num_stages=3, maxnreg=0):
@@ -424,13 +453,12 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
                      BLOCK_K=api._k_step(cfg.up_k, D // s), SPLIT=s, INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
-        if rows == 48:
-            const = dict(D=D, I=inter, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.down_n,
-                         BLOCK_K=api._k_step(cfg.down_k, inter), INTERPRETER=False)
-            out[f"down-{name}-I{inter}"] = build(K._moe_down_kernel, const, cfg.num_warps,
-                                                 cfg.num_stages)
-out["swiglu"] = build(K._moe_swiglu_kernel, dict(I=576, SPLIT=8, HAS_SHARED=True,
-                                                 BLOCK_I=api._SWIGLU_BLOCK_I), 4)
+        if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 16 rows), without
+            const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.down_n,
+                         BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 16,
+                         INTERPRETER=False)
+            out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
+                                                         cfg.num_warps, cfg.num_stages)
 out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
                                                    BLOCK_D=api._COMBINE_BLOCK_D), 4)
 out["logits"] = build(K._router_logits_kernel, dict(

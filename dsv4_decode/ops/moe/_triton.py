@@ -9,12 +9,17 @@ Six launches per MoE layer (seven with a split-K W1|W3), all with grids fixed by
 3. ``_route_record_kernel``   one CTA: sorts the ``T*k`` (expert, entry) keys and writes the
                               entries grouped by expert, each group padded to ``BLOCK_M``;
 4. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
-                              (split K: fp32 partials, then ``_moe_swiglu_kernel`` sums them);
-5. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``;
-6. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order.
+                              (split K: fp32 partials; the last-arriving chunk CTA of each
+                              (tile, n block) sums them in chunk order and applies the SwiGLU);
+5. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``; at T <= BLOCK_M the
+                              last-arriving CTA of each D column block also does 6 for it;
+6. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order
+                              (T > BLOCK_M only).
 
 No float atomics anywhere: every output element is written by one CTA with a fixed reduction
-order, so replays are bitwise identical.
+order, so replays are bitwise identical. The "last-arriving CTA" is decided by an int32 ticket
+counter per group in the workspace (``_last_arrival``), which that CTA resets to 0, so the next
+call or graph replay starts from zero; no CTA ever waits on another.
 """
 
 from __future__ import annotations
@@ -230,6 +235,20 @@ def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
 
 
 @triton.jit
+def _last_arrival(tick_ptr, N_ARRIVALS):
+    """Ticket of a group of ``N_ARRIVALS`` CTAs: True in the last one to arrive (which resets
+    the counter). The CTA barrier puts every thread's stores before the release of the one
+    ``atom.acq_rel.gpu``; its acquire puts the other CTAs' stores before the caller's loads
+    (read with ``.cg``: L2, never a stale L1 line). The CUTLASS split-K semaphore pattern."""
+    tl.debug_barrier()
+    ticket = tl.atomic_add(tick_ptr, 1, sem="acq_rel", scope="gpu")
+    last = ticket == N_ARRIVALS - 1
+    if last:
+        tl.store(tick_ptr, 0)
+    return last
+
+
+@triton.jit
 def _swiglu(g, u):
     g = tl.minimum(g, 10.0)
     u = tl.minimum(tl.maximum(u, -10.0), 10.0)
@@ -237,31 +256,49 @@ def _swiglu(g, u):
 
 
 @triton.jit
-def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, pid_s, N_ROWS,
+def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, tick_ptr, pid_s, N_ROWS,
               I: tl.constexpr, SPLIT: tl.constexpr):
     """SPLIT == 1: ``h[ent, n] = swiglu(g, u)`` in bf16. Else this K chunk's fp32 partials go
-    to ``gu[pid_s, ent, n]`` (g) and ``gu[pid_s, ent, I + n]`` (u) for ``_moe_swiglu_kernel``."""
+    to ``gu[pid_s, ent, n]`` (g) and ``gu[pid_s, ent, I + n]`` (u); the last of the SPLIT CTAs
+    of this (tile, n block) to arrive (ticket ``tick_ptr``) sums the SPLIT partials in chunk
+    order from memory (whatever CTA is last: deterministic), then ``h = swiglu(g, u)``."""
     mask = ok[None, :] & n_ok[:, None]
+    h_dst = h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None]
     if SPLIT == 1:
-        h = _swiglu(acc_g, acc_u).to(tl.bfloat16)
-        tl.store(h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None], h, mask=mask)
+        tl.store(h_dst, _swiglu(acc_g, acc_u).to(tl.bfloat16), mask=mask)
     else:
-        dst = gu_ptr + (pid_s * N_ROWS + ent[None, :]).to(tl.int64) * (2 * I) + offs_n[:, None]
-        tl.store(dst, acc_g, mask=mask)
-        tl.store(dst + I, acc_u, mask=mask)
+        row = ent[None, :].to(tl.int64) * (2 * I) + offs_n[:, None]
+        chunk = N_ROWS.to(tl.int64) * (2 * I)  # elements per K chunk of gu
+        tl.store(gu_ptr + pid_s * chunk + row, acc_g, mask=mask)
+        tl.store(gu_ptr + pid_s * chunk + row + I, acc_u, mask=mask)
+        # this (tile, n block)'s ticket, from the program ids here: nothing stays live across
+        # the K loop for it (no spill under the 128-register cap)
+        BLOCK_N: tl.constexpr = offs_n.shape[0]
+        tick = tl.program_id(1) * tl.cdiv(I, BLOCK_N) + tl.program_id(0) // SPLIT
+        if _last_arrival(tick_ptr + tick, SPLIT):
+            # unrolled: each sum's SPLIT loads issue together (g's, then u's: 128 registers)
+            g = tl.zeros_like(acc_g)
+            for s in tl.static_range(SPLIT):
+                g += tl.load(gu_ptr + s * chunk + row, mask=mask, other=0.0, cache_modifier=".cg")
+            u = tl.zeros_like(acc_u)
+            for s in tl.static_range(SPLIT):
+                u += tl.load(gu_ptr + s * chunk + row + I, mask=mask, other=0.0,
+                             cache_modifier=".cg")
+            tl.store(h_dst, _swiglu(g, u).to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
 def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
-                   gu_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr, I: tl.constexpr,
-                   TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-                   INTERPRETER: tl.constexpr):
+                   gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
+                   I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   SPLIT: tl.constexpr, INTERPRETER: tl.constexpr):
     """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
     rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
     beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
-    BLOCK_N of the I outputs and K chunk ``pid_s`` of SPLIT (``_up_store``). Accumulators are
-    ``[BLOCK_N, BLOCK_M]`` (weights as the MMA's M side: few rows per tile)."""
+    BLOCK_N of the I outputs and K chunk ``pid_s`` of SPLIT (``_up_store``; ticket
+    ``tick[pid_m * I/BLOCK_N + n block]``). Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights
+    as the MMA's M side: few rows per tile)."""
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(0) % SPLIT
     offs_n = (tl.program_id(0) // SPLIT) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -293,7 +330,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
                 acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
                                  SCALE_BLOCK, BLOCK_K, INTERPRETER)
             _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
-                      h_ptr, gu_ptr, pid_s, n_rows, I, SPLIT)
+                      h_ptr, gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
@@ -305,42 +342,23 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
             acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, sw13_ptr + I * D, ssu,
                              offs_n, n_ok, BLOCK_K)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
-                  gu_ptr, pid_s, n_rows, I, SPLIT)
-
-
-@triton.jit
-def _moe_swiglu_kernel(gu_ptr, ids_ptr, h_ptr, N_ENTRIES, N_ROWS, I: tl.constexpr,
-                       SPLIT: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_I: tl.constexpr):
-    """Split-K epilogue of ``_moe_up_kernel``: ``h[r] = swiglu(sum_s g_s, sum_s u_s)`` summed
-    in chunk order (deterministic), for live rows only: entries with an expert, and the
-    shared rows ``N_ENTRIES + t`` when there is a shared expert (others were never written)."""
-    row = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
-    e = tl.load(ids_ptr + row, mask=row < N_ENTRIES, other=0)
-    if HAS_SHARED:
-        live = e >= 0
-    else:
-        live = (e >= 0) & (row < N_ENTRIES)
-    mask = (offs < I) & live
-    g = tl.zeros((BLOCK_I,), dtype=tl.float32)
-    u = tl.zeros((BLOCK_I,), dtype=tl.float32)
-    for s in range(SPLIT):
-        src = gu_ptr + (s * N_ROWS + row).to(tl.int64) * (2 * I) + offs
-        g += tl.load(src, mask=mask, other=0.0)
-        u += tl.load(src + I, mask=mask, other=0.0)
-    tl.store(h_ptr + row.to(tl.int64) * I + offs, _swiglu(g, u).to(tl.bfloat16), mask=mask)
+                  gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
 
 
 @triton.jit
 def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
-                     T, N_ENTRIES, SH_TILES, D: tl.constexpr, I: tl.constexpr,
+                     wts_ptr, out_ptr, tick_ptr, T, N_ENTRIES, SH_TILES, stride_out,
+                     D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+                     BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
-    first; they live at entries ``N_ENTRIES + t``)."""
+    first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``): the last CTA of
+    the column block to arrive (ticket ``tick[pid_n]``, every tile counts, idle ones too) does
+    ``_moe_combine_kernel``'s work for it (``_combine_rows``)."""
     pid_m = tl.program_id(1)
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_n = tl.program_id(0)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < D
     offs_m = tl.arange(0, BLOCK_M)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -368,6 +386,31 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
                            BLOCK_K)
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
+    if COMBINE:
+        if _last_arrival(tick_ptr + pid_n, tl.num_programs(1)):
+            _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, offs_m, offs_m < T, offs_n, n_ok,
+                          D, N_ENTRIES, SH_TILES > 0, stride_out, TOP_K)
+
+
+@triton.jit
+def _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, rows, row_ok, offs_d, d_ok, D,
+                  N_ENTRIES, HAS_SHARED, stride_out, TOP_K: tl.constexpr):
+    """``out[rows, offs_d] = sum_i w[t, i] * P[t*k + i] + P[N_ENTRIES + t]`` in slot order, fp32
+    ``[len(offs_d), len(rows)]`` (the order of ``_moe_combine_kernel``: the same bits). P was
+    written by other CTAs: loaded with ``.cg``. The slots' loads are unrolled (issued together)."""
+    acc = tl.zeros((offs_d.shape[0], rows.shape[0]), dtype=tl.float32)
+    for i in tl.static_range(TOP_K):
+        n = rows * TOP_K + i
+        e = tl.load(ids_ptr + n, mask=row_ok, other=-1)
+        w = tl.load(wts_ptr + n, mask=row_ok, other=0.0)
+        p = tl.load(part_ptr + n[None, :].to(tl.int64) * D + offs_d[:, None],
+                    mask=d_ok[:, None] & (e >= 0)[None, :], other=0.0, cache_modifier=".cg")
+        acc += tl.where(e >= 0, w, 0.0)[None, :] * p
+    if HAS_SHARED:
+        acc += tl.load(part_ptr + (N_ENTRIES + rows[None, :]).to(tl.int64) * D + offs_d[:, None],
+                       mask=d_ok[:, None] & row_ok[None, :], other=0.0, cache_modifier=".cg")
+    tl.store(out_ptr + rows[None, :].to(tl.int64) * stride_out + offs_d[:, None],
+             acc.to(tl.bfloat16), mask=d_ok[:, None] & row_ok[None, :])
 
 
 @triton.jit

@@ -8,8 +8,8 @@ Public entry points:
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
 - ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
   time: checks, and repacks the MXFP4 nibbles for the kernels);
-- ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (3 launches: W1|W3 + SwiGLU, W2,
-  combine; 4 with a split-K W1|W3: + the in-order partial sum and SwiGLU);
+- ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (2 launches up to 16 rows: W1|W3 +
+  SwiGLU, W2 + combine; 3 above: + the combine launch);
 - ``alloc_routing`` / ``alloc_moe_workspace`` (buffers for graph capture).
 
 Graph safety: with ``out`` / ``workspace`` given nothing is allocated, nothing is synchronised,
@@ -34,7 +34,6 @@ _ROUTER_K_CHUNK = 256
 _ROUTER_BLOCK_K = 128
 _SELECT_ROWS = 4
 _COMBINE_BLOCK_D = 1024
-_SWIGLU_BLOCK_I = 512
 
 
 def _np2(n: int) -> int:
@@ -217,11 +216,21 @@ class MoEWorkspace:
     (SwiGLU outputs; the last T rows are the shared expert's), ``part`` fp32
     ``[T*k + T, D]`` (per-entry W2 outputs, summed in slot order by the combine), ``gu`` fp32
     ``[S, T*k + T, 2I]`` (W1|W3 split-K partials, S = the config's ``up_split``; ``S = 0``
-    when it is 1)."""
+    when it is 1), ``tick`` int32 ``[tick_size(...)]``, zeros: the ticket counters of the
+    last-arriving-CTA epilogues (``_triton._last_arrival``: every call leaves them at zero
+    again). Not to be shared by two calls in flight at once (e.g. on two streams)."""
 
     h: torch.Tensor
     part: torch.Tensor
     gu: torch.Tensor
+    tick: torch.Tensor
+
+
+def _tick_layout(rows: int, top_k: int, hidden: int, inter: int, cfg: MoEConfig):
+    """(W1|W3 tickets: one per (m tile, n block) for the most m tiles any routing of these rows
+    has (``max_tiles <= rows * top_k``), W2 tickets: one per D column block)."""
+    m_tiles = rows * top_k + -(-rows // cfg.block_m)
+    return m_tiles * -(-inter // cfg.up_n), -(-hidden // cfg.down_n)
 
 
 def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device,
@@ -233,7 +242,9 @@ def alloc_moe_workspace(rows: int, top_k: int, hidden: int, inter: int, device,
     split = cfg.up_split if cfg.up_split > 1 else 0
     return MoEWorkspace(h=torch.empty(n, inter, dtype=torch.bfloat16, device=device),
                         part=torch.empty(n, hidden, dtype=torch.float32, device=device),
-                        gu=torch.empty(split, n, 2 * inter, dtype=torch.float32, device=device))
+                        gu=torch.empty(split, n, 2 * inter, dtype=torch.float32, device=device),
+                        tick=torch.zeros(sum(_tick_layout(rows, top_k, hidden, inter, cfg)),
+                                         dtype=torch.int32, device=device))
 
 
 # Bit positions (code bit 0, 1, 2, sign) of value k = 8j + o in repacked word j (_triton.py).
@@ -407,11 +418,13 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     split = cfg.up_split
     if d % (32 * split):
         _fail("config.up_split", split, f"D = {d} divisible by 32 * up_split")
+    n_up_ticks, n_down_ticks = _tick_layout(t, k, d, inter, cfg)
     if workspace is None:
         workspace = alloc_moe_workspace(t, k, d, inter, x.device, cfg)
     elif tuple(workspace.h.shape) != (t * k + t, inter) or \
             tuple(workspace.part.shape) != (t * k + t, d) or \
-            (split > 1 and tuple(workspace.gu.shape) != (split, t * k + t, 2 * inter)):
+            (split > 1 and tuple(workspace.gu.shape) != (split, t * k + t, 2 * inter)) or \
+            workspace.tick.numel() != n_up_ticks + n_down_ticks:
         _fail("workspace", f"h {tuple(workspace.h.shape)}, gu {tuple(workspace.gu.shape)}",
               f"alloc_moe_workspace({t}, {k}, {d}, {inter}, device, config) (up_split {split})")
     n_entries = t * k
@@ -431,20 +444,19 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
     K._moe_up_kernel[(triton.cdiv(inter, cfg.up_n) * split, m_tiles)](
         x, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, workspace.h,
-        workspace.gu, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
+        workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
         BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **up_launch)
-    if split > 1:
-        n_rows = n_entries + t
-        K._moe_swiglu_kernel[(n_rows, triton.cdiv(inter, _SWIGLU_BLOCK_I))](
-            workspace.gu, routing.ids, workspace.h, n_entries, n_rows, I=inter, SPLIT=split,
-            HAS_SHARED=shared is not None, BLOCK_I=_SWIGLU_BLOCK_I, num_warps=4)
+    # The rule: the combine rides on W2's last CTA per column block while all rows fit one
+    # tile (its sum is one round of loads); above, a launch of T x D/1024 CTAs does it.
+    combine = t <= cfg.block_m
     K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), m_tiles)](
         workspace.h, routing.entries, routing.ids, w.w2, w.w2_scales, sw2, ss2, workspace.part,
-        t, n_entries, sh_tiles, D=d, I=inter,
-        SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n,
-        BLOCK_K=_k_step(cfg.down_k, inter), **launch)
-    K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
-        workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
-        TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
+        routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
+        out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine, **launch)
+    if not combine:
+        K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
+            workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
+            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
     return out
