@@ -145,6 +145,9 @@ def check_record(r):
         want += group + [-1] * (-len(group) % r.block_m)
     want += [-1] * (r.entries.numel() - len(want))
     assert r.entries.cpu().tolist() == want
+    bm = r.block_m
+    tiles = [int(ids[want[j * bm]]) if want[j * bm] >= 0 else -1 for j in range(r.max_tiles)]
+    assert r.tiles.cpu().tolist() == tiles
 
 
 def test_build_routing_record(device):
@@ -242,7 +245,7 @@ def test_ticket_epilogues_reset(device, cpu_experts, rows, split):
     cfg = cpu_config(split)
     ws = alloc_moe_workspace(rows, 2, D, I, device, cfg)
     out = torch.empty(rows, D, dtype=torch.bfloat16, device=device)
-    for call in range(3):
+    for call in range(2):
         ids = random_ids(rows, 2, E, gen)
         ids[1] = -1  # a padding row: shared expert only
         r = build_routing(ids.to(device), rand_weights(rows, 2, gen).to(device), E)
@@ -434,7 +437,7 @@ from dsv4_decode.ops.moe.config import ROUND1
 PTR = dict(x_ptr="*bf16", entries_ptr="*i32", ids_ptr="*i32", w13_ptr="*i32", s13_ptr="*u8",
            sw13_ptr="*fp8e4nv", ss13_ptr="*u8", h_ptr="*bf16", gu_ptr="*fp32", w2_ptr="*i32",
            s2_ptr="*u8", sw2_ptr="*fp8e4nv", ss2_ptr="*u8", part_ptr="*fp32", wts_ptr="*fp32",
-           out_ptr="*bf16", w_ptr="*bf16", bias_ptr="*fp32", valid_ptr="*i32", shift_ptr="*i32",
+           out_ptr="*bf16", w_ptr="*bf16", bias_ptr="*fp32", valid_ptr="*i32", tiles_ptr="*i32",
            tick_ptr="*i32")
 
 

@@ -53,7 +53,7 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
 
 @triton.jit
 def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entries_ptr,
-                          shift_ptr, T, route_scale, E: tl.constexpr, SPLIT: tl.constexpr,
+                          tiles_ptr, T, route_scale, E: tl.constexpr, SPLIT: tl.constexpr,
                           TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
                           E_PAD: tl.constexpr, HAS_VALID: tl.constexpr, RECORD: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -107,38 +107,42 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
              tl.where(valid[:, None], sel * norm[:, None], 0.0), mask=smask)
     if RECORD:
         tl.debug_barrier()
-        _record(ids_ptr, entries_ptr, shift_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
+        _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
 
 
 @triton.jit
-def _route_record_kernel(ids_ptr, entries_ptr, shift_ptr, N, CAP: tl.constexpr,
+def _route_record_kernel(ids_ptr, entries_ptr, tiles_ptr, N, CAP: tl.constexpr,
                          NP: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                          FILL: tl.constexpr):
-    _record(ids_ptr, entries_ptr, shift_ptr, N, CAP, NP, E_PAD, BLOCK_M, FILL)
+    _record(ids_ptr, entries_ptr, tiles_ptr, N, CAP, NP, E_PAD, BLOCK_M, FILL)
 
 
 @triton.jit
-def _record(ids_ptr, entries_ptr, shift_ptr, N, CAP: tl.constexpr, NP: tl.constexpr,
+def _record(ids_ptr, entries_ptr, tiles_ptr, N, CAP: tl.constexpr, NP: tl.constexpr,
             E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr):
     """One CTA. Entry ``n = t*k + i`` (row t, slot i) goes to ``entries[pstart[e] + rank]``
     where ``e = ids[n]``, ``pstart`` the prefix of the per-expert counts padded to BLOCK_M and
-    ``rank`` its position among the expert's entries in entry order; the rest stays -1."""
+    ``rank`` its position among the expert's entries in entry order; the rest stays -1.
+    ``tiles[j]`` = the expert of tile j (entries ``j*BLOCK_M ..``), -1 past the last group:
+    every entry writes its tile's expert (equal values where several share a tile; a group's
+    tiles all hold an entry), so the expert kernels find their weights with one load."""
     offs = tl.arange(0, NP)
     e = tl.load(ids_ptr + offs, mask=offs < N, other=-1)
     valid = e >= 0
     for c in range(0, CAP, FILL):
         offs_f = c + tl.arange(0, FILL)
         tl.store(entries_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP)
+        tl.store(tiles_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP // BLOCK_M)
     cnt = tl.histogram(tl.where(valid, e, 0), E_PAD, mask=valid)
     padded = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     shift = (tl.cumsum(padded, 0) - padded) - (tl.cumsum(cnt, 0) - cnt)
-    tl.store(shift_ptr + tl.arange(0, E_PAD), shift)
     key = tl.sort(tl.where(valid, e * NP + offs, E_PAD * NP))
     kvalid = key < E_PAD * NP
     ke = tl.where(kvalid, key // NP, 0)
-    tl.debug_barrier()  # the -1 fill and the shift table are visible to the whole CTA
-    dest = offs + tl.load(shift_ptr + ke, mask=kvalid, other=0)
+    dest = offs + tl.gather(shift, ke, 0)  # in registers: no store / barrier / load round trip
+    tl.debug_barrier()  # the -1 fills are done before any thread writes over them
     tl.store(entries_ptr + dest, key % NP, mask=kvalid)
+    tl.store(tiles_ptr + dest // BLOCK_M, ke, mask=kvalid)
 
 
 # --------------------------------------------------------------------------- dequant helpers
@@ -288,7 +292,7 @@ def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, tick_ptr, pid_
 
 
 @triton.jit
-def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
+def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
                    gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
                    I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -313,12 +317,11 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
     acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
-        first = tl.load(entries_ptr + tile * BLOCK_M)
-        if first >= 0:  # tiles past the last expert's group are idle
+        e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
+        if e >= 0:  # tiles past the last expert's group are idle
             ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
-            e = tl.load(ids_ptr + first).to(tl.int64)
             wg = w13_ptr + e * (2 * I) * (D // 8)
             sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
             wu = wg + I * (D // 8)
@@ -346,8 +349,8 @@ def _moe_up_kernel(x_ptr, entries_ptr, ids_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13
 
 
 @triton.jit
-def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
-                     wts_ptr, out_ptr, tick_ptr, T, N_ENTRIES, SH_TILES, stride_out,
+def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
+                     ids_ptr, wts_ptr, out_ptr, tick_ptr, T, N_ENTRIES, SH_TILES, stride_out,
                      D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, INTERPRETER: tl.constexpr):
@@ -364,12 +367,11 @@ def _moe_down_kernel(h_ptr, entries_ptr, ids_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_p
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
-        first = tl.load(entries_ptr + tile * BLOCK_M)
-        if first >= 0:
+        e = tl.load(tiles_ptr + tile).to(tl.int64)
+        if e >= 0:
             ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
-            e = tl.load(ids_ptr + first).to(tl.int64)
             w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):

@@ -66,7 +66,7 @@ class Routing:
              id, entry order within an expert), each group padded with -1 to a multiple of
              ``block_m``; everything after the last group is -1. Tile ``j`` of the expert
              kernels serves ``entries[j*block_m : (j+1)*block_m]``, all of one expert.
-    shift    int32 ``[next_pow2(E)]``: scratch of the record kernel.
+    tiles    int32 ``[max_tiles]``: the expert of tile ``j`` (-1: idle tile, past the last group).
     logits   fp32 ``[S, T, E]``: split-K partial router logits (scratch of ``route``).
     n_experts, block_m: static.
     """
@@ -74,7 +74,7 @@ class Routing:
     ids: torch.Tensor
     weights: torch.Tensor
     entries: torch.Tensor
-    shift: torch.Tensor
+    tiles: torch.Tensor
     logits: torch.Tensor
     n_experts: int
     block_m: int = 16
@@ -109,19 +109,19 @@ def alloc_routing(rows: int, top_k: int, n_experts: int, hidden: int, device,
         ids=torch.empty(rows, top_k, **i32),
         weights=torch.empty(rows, top_k, dtype=torch.float32, device=device),
         entries=torch.empty(max_tiles(rows, top_k, n_experts, block_m) * block_m, **i32),
-        shift=torch.empty(_np2(max(n_experts, 16)), **i32),
+        tiles=torch.empty(max_tiles(rows, top_k, n_experts, block_m), **i32),
         logits=torch.empty(split, rows, n_experts, dtype=torch.float32, device=device),
         n_experts=n_experts, block_m=block_m)
 
 
 def _record_consts(r: Routing) -> dict:
     cap = r.entries.numel()
-    return dict(CAP=cap, NP=_np2(max(r.ids.numel(), 16)), E_PAD=r.shift.numel(),
+    return dict(CAP=cap, NP=_np2(max(r.ids.numel(), 16)), E_PAD=_np2(max(r.n_experts, 16)),
                 BLOCK_M=r.block_m, FILL=min(1024, _np2(cap)))
 
 
 def _launch_record(r: Routing) -> None:
-    K._route_record_kernel[(1,)](r.ids, r.entries, r.shift, r.ids.numel(), **_record_consts(r),
+    K._route_record_kernel[(1,)](r.ids, r.entries, r.tiles, r.ids.numel(), **_record_consts(r),
                                  num_warps=8)
 
 
@@ -177,7 +177,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     select_rows = min(_SELECT_ROWS, _np2(t))  # 1 row: a [1, E] tile, 4x less per thread
     K._router_select_kernel[(triton.cdiv(t, select_rows),)](
         out.logits, gate_bias, valid_rows if valid_rows is not None else out.ids,
-        out.ids, out.weights, out.entries, out.shift, t, float(route_scale), E=e,
+        out.ids, out.weights, out.entries, out.tiles, t, float(route_scale), E=e,
         SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k), BLOCK_T=select_rows,
         HAS_VALID=valid_rows is not None,
         RECORD=fused, **_record_consts(out), num_warps=4)
@@ -443,7 +443,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
     # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
     K._moe_up_kernel[(triton.cdiv(inter, cfg.up_n) * split, m_tiles)](
-        x, routing.entries, routing.ids, w.w13, w.w13_scales, sw13, ss13, workspace.h,
+        x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
         workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
         BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **up_launch)
@@ -451,8 +451,8 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     # tile (its sum is one round of loads); above, a launch of T x D/1024 CTAs does it.
     combine = t <= cfg.block_m
     K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), m_tiles)](
-        workspace.h, routing.entries, routing.ids, w.w2, w.w2_scales, sw2, ss2, workspace.part,
-        routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
+        workspace.h, routing.entries, routing.tiles, w.w2, w.w2_scales, sw2, ss2, workspace.part,
+        routing.ids, routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
         out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine, **launch)
     if not combine:
