@@ -110,15 +110,20 @@ def rand_weights(rows, k, gen):
 
 @pytest.mark.parametrize("rows,n_exp,top_k", [(1, 16, 3), (7, 24, 4)])
 def test_route_matches_ref(device, rows, n_exp, top_k):
+    """7 rows: two select CTAs, the last to arrive writes the record (ticket); the same
+    ``out`` twice (its ticket counter back at zero after each call)."""
     gen = torch.Generator().manual_seed(rows)
     d = 256
-    x = torch.randn(rows, d, generator=gen).to(torch.bfloat16).to(device)
     gw, gb = make_router(n_exp, d, device, gen)
-    r = route(x, gw, gb, top_k=top_k, route_scale=1.5)
-    ids, w = route_ref(x, gw, gb, top_k=top_k, route_scale=1.5)
-    assert torch.equal(r.ids, ids)
-    torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
-    check_record(r)
+    r = alloc_routing(rows, top_k, n_exp, d, device)
+    for _ in range(2):
+        x = torch.randn(rows, d, generator=gen).to(torch.bfloat16).to(device)
+        route(x, gw, gb, top_k=top_k, route_scale=1.5, out=r)
+        ids, w = route_ref(x, gw, gb, top_k=top_k, route_scale=1.5)
+        assert torch.equal(r.ids, ids)
+        torch.testing.assert_close(r.weights, w, rtol=1e-5, atol=1e-6)
+        check_record(r)
+        assert r.tick.item() == 0
 
 
 def test_route_ties_and_padding(device):
@@ -422,7 +427,7 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
             torch.cuda.synchronize()
             assert torch.equal(out, eager[i % 2]), f"replay {i} differs from eager"
     torch.cuda.synchronize()
-    assert not ws.tick.any(), "ticket counters not reset"
+    assert not ws.tick.any() and not r.tick.any(), "ticket counters not reset"
 
 
 # --------------------------------------------------------------------------- sm90 compile
@@ -467,10 +472,11 @@ out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
 out["logits"] = build(K._router_logits_kernel, dict(
     BLOCK_T=16, BLOCK_E=api._ROUTER_BLOCK_E, BLOCK_K=api._ROUTER_BLOCK_K,
     K_CHUNK=api._ROUTER_K_CHUNK), 4)
-for rows, fused in ((1, True), (4, True), (4, False)):  # with the routing record, and without
-    out[f"select-{rows}-{fused}"] = build(K._router_select_kernel, dict(
-        E=384, SPLIT=20, TOP_K=6, K_PAD=8, BLOCK_T=rows, HAS_VALID=True, RECORD=fused, CAP=384,
-        NP=32, E_PAD=512, BLOCK_M=16, FILL=512), 4)
+for rows in (1, 4, 48):  # one CTA; several, the last writing the record
+    r = api.alloc_routing(rows, 6, 384, 16, "cpu")
+    out[f"select-{rows}"] = build(K._router_select_kernel, dict(
+        E=384, SPLIT=20, TOP_K=6, K_PAD=8, BLOCK_T=min(4, rows), HAS_VALID=True,
+        TICKET=rows > 4, **api._record_consts(r)), 4)
 out["record"] = build(K._route_record_kernel, dict(CAP=1152, NP=1024, E_PAD=512, BLOCK_M=16,
                                                     FILL=1024), 8)
 print(json.dumps(out))

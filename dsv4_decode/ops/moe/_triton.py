@@ -1,19 +1,21 @@
 """Triton kernels of the MoE op (private; the contract is in ``api.py``).
 
-Six launches per MoE layer (seven with a split-K W1|W3), all with grids fixed by the shapes
+Four launches per MoE layer up to 16 rows, five above, all with grids fixed by the shapes
 (graph-safe, idle CTAs exit):
 
 1. ``_router_logits_kernel``  split-K partial logits ``[S, T, E]`` fp32 (bf16 tensor-core dot);
-2. ``_router_select_kernel``  sums the S partials in order, sqrtsoftplus, biased top-k, weights
-                              (and, when one CTA holds every row, the record of 3 itself);
-3. ``_route_record_kernel``   one CTA: sorts the ``T*k`` (expert, entry) keys and writes the
-                              entries grouped by expert, each group padded to ``BLOCK_M``;
-4. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
+2. ``_router_select_kernel``  sums the S partials in order, sqrtsoftplus, biased top-k, weights;
+                              its last CTA (the one CTA up to 4 rows) writes the routing record
+                              (``_record``: the ``T*k`` (expert, entry) keys sorted, entries
+                              grouped by expert, each group padded to ``BLOCK_M``, and each
+                              tile's expert); ``_route_record_kernel`` is the record alone
+                              (``build_routing``);
+3. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
                               (split K: fp32 partials; the last-arriving chunk CTA of each
                               (tile, n block) sums them in chunk order and applies the SwiGLU);
-5. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``; at T <= BLOCK_M the
-                              last-arriving CTA of each D column block also does 6 for it;
-6. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order
+4. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``; at T <= BLOCK_M the
+                              last-arriving CTA of each D column block also does 5 for it;
+5. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order
                               (T > BLOCK_M only).
 
 No float atomics anywhere: every output element is written by one CTA with a fixed reduction
@@ -53,13 +55,14 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
 
 @triton.jit
 def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entries_ptr,
-                          tiles_ptr, T, route_scale, E: tl.constexpr, SPLIT: tl.constexpr,
-                          TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
-                          E_PAD: tl.constexpr, HAS_VALID: tl.constexpr, RECORD: tl.constexpr,
-                          CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
-                          FILL: tl.constexpr):
-    """RECORD (one CTA holds all T rows): the routing record follows in the same launch
-    (``_record`` after a CTA barrier: the ids just stored are visible to the whole CTA).
+                          tiles_ptr, tick_ptr, T, route_scale, E: tl.constexpr,
+                          SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
+                          BLOCK_T: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
+                          TICKET: tl.constexpr, CAP: tl.constexpr, NP: tl.constexpr,
+                          BLOCK_M: tl.constexpr, FILL: tl.constexpr):
+    """Grid ``cdiv(T, BLOCK_T)``. The routing record follows in the same launch, written by
+    the one CTA (after a CTA barrier: the ids just stored are visible to the whole CTA) or,
+    TICKET (several CTAs), by the last to arrive (ticket ``tick_ptr``, ``_last_arrival``).
 
     No serial chain of memory round trips: the SPLIT partial loads are unrolled (issued back to
     back, summed in chunk order: the same fp32 sum as a loop), and each arg-max pass is one
@@ -105,7 +108,10 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
              mask=smask)
     tl.store(wts_ptr + offs_t[:, None] * TOP_K + kk,
              tl.where(valid[:, None], sel * norm[:, None], 0.0), mask=smask)
-    if RECORD:
+    if TICKET:
+        if _last_arrival(tick_ptr, tl.num_programs(0)):
+            _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
+    else:
         tl.debug_barrier()
         _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
 
@@ -127,7 +133,7 @@ def _record(ids_ptr, entries_ptr, tiles_ptr, N, CAP: tl.constexpr, NP: tl.conste
     every entry writes its tile's expert (equal values where several share a tile; a group's
     tiles all hold an entry), so the expert kernels find their weights with one load."""
     offs = tl.arange(0, NP)
-    e = tl.load(ids_ptr + offs, mask=offs < N, other=-1)
+    e = tl.load(ids_ptr + offs, mask=offs < N, other=-1, cache_modifier=".cg")  # other CTAs'
     valid = e >= 0
     for c in range(0, CAP, FILL):
         offs_f = c + tl.arange(0, FILL)

@@ -3,8 +3,7 @@
 Public entry points:
 
 - ``route(x, gate_weight, gate_bias, top_k=6, route_scale=1.5)`` -> ``Routing``
-  (3 launches: split-K logits, select, routing record; 2 for up to 4 rows, where the one
-  select CTA writes the record);
+  (2 launches: split-K logits; select, whose last CTA writes the routing record);
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
 - ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
   time: checks, and repacks the MXFP4 nibbles for the kernels);
@@ -67,6 +66,8 @@ class Routing:
              ``block_m``; everything after the last group is -1. Tile ``j`` of the expert
              kernels serves ``entries[j*block_m : (j+1)*block_m]``, all of one expert.
     tiles    int32 ``[max_tiles]``: the expert of tile ``j`` (-1: idle tile, past the last group).
+    tick     int32 ``[1]``, zero: ticket counter of ``route``'s select CTAs (the last to arrive
+             writes the record; it leaves the counter at zero again).
     logits   fp32 ``[S, T, E]``: split-K partial router logits (scratch of ``route``).
     n_experts, block_m: static.
     """
@@ -75,6 +76,7 @@ class Routing:
     weights: torch.Tensor
     entries: torch.Tensor
     tiles: torch.Tensor
+    tick: torch.Tensor
     logits: torch.Tensor
     n_experts: int
     block_m: int = 16
@@ -110,6 +112,7 @@ def alloc_routing(rows: int, top_k: int, n_experts: int, hidden: int, device,
         weights=torch.empty(rows, top_k, dtype=torch.float32, device=device),
         entries=torch.empty(max_tiles(rows, top_k, n_experts, block_m) * block_m, **i32),
         tiles=torch.empty(max_tiles(rows, top_k, n_experts, block_m), **i32),
+        tick=torch.zeros(1, **i32),
         logits=torch.empty(split, rows, n_experts, dtype=torch.float32, device=device),
         n_experts=n_experts, block_m=block_m)
 
@@ -173,16 +176,13 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         x, gate_weight, out.logits, t, e, d, x.stride(0),
         BLOCK_T=block_t, BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K,
         K_CHUNK=_ROUTER_K_CHUNK, num_warps=4)
-    fused = t <= _SELECT_ROWS  # one select CTA: it writes the record too (one launch less)
     select_rows = min(_SELECT_ROWS, _np2(t))  # 1 row: a [1, E] tile, 4x less per thread
-    K._router_select_kernel[(triton.cdiv(t, select_rows),)](
+    grid = triton.cdiv(t, select_rows)
+    K._router_select_kernel[(grid,)](
         out.logits, gate_bias, valid_rows if valid_rows is not None else out.ids,
-        out.ids, out.weights, out.entries, out.tiles, t, float(route_scale), E=e,
+        out.ids, out.weights, out.entries, out.tiles, out.tick, t, float(route_scale), E=e,
         SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k), BLOCK_T=select_rows,
-        HAS_VALID=valid_rows is not None,
-        RECORD=fused, **_record_consts(out), num_warps=4)
-    if not fused:
-        _launch_record(out)
+        HAS_VALID=valid_rows is not None, TICKET=grid > 1, **_record_consts(out), num_warps=4)
     return out
 
 
