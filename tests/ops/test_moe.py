@@ -433,6 +433,7 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
 # --------------------------------------------------------------------------- sm90 compile
 
 _COMPILE_SM90 = r'''
+import dataclasses
 import json
 from dsv4_decode.utils.sm90 import spill_stores
 from dsv4_decode.ops.moe import _triton as K
@@ -455,6 +456,8 @@ out = {}
 D = 5120
 for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
     cfgs = [("pick", pick_config(rows, 6, True, inter))] + ([("r1", ROUND1)] if rows == 48 else [])
+    if rows == 1:  # the bench's 32-column W2 variant of the few-row grids
+        cfgs.append(("d32", dataclasses.replace(cfgs[0][1], down_n=32)))
     for name, cfg in cfgs:
         s = cfg.up_split
         const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.up_n,
