@@ -267,17 +267,7 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
     s_row = smax_ptr + row.to(tl.int64) * stride_s
-    if (R == 1) & (BLOCK == 1):
-        # Small grids (latency-bound): the chunk's load is issued before the length arrives
-        # (masked by the width only; 0xFF80 = -inf past the length), one round trip less.
-        SEG: tl.constexpr = CHUNK // NSEG
-        e = p * CHUNK + tl.arange(0, NSEG)[:, None] * SEG + tl.arange(0, SEG)[None, :]
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=-128)
-        v = tl.where(e < len_e, u, -128).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        if p * CHUNK < len_e:
-            _store_groups(tl.reshape(v.to(tl.float32), [CHUNK]), g_ptr, p, p * CHUNK, len_e,
-                          s, BLOCK, CHUNK, LMAX)
-    elif s >= LOG_R:
+    if s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
                 acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
@@ -322,8 +312,8 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K
 
 
 @triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pbuf_ptr,
-                    cc_ptr, stride_x, stride_s, stride_b, stride_cc, cols,
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, kbuf_ptr,
+                    pbuf_ptr, cc_ptr, stride_x, stride_s, stride_b, stride_cc, cols,
                     BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
                     CAP: tl.constexpr, SEGS: tl.constexpr, SPP: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of up to NSEG segments
@@ -334,8 +324,7 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pb
     # SEGS == 1 (folded grids): program p owns segments [p * SPP, (p + 1) * SPP) and reads
     #   their maxima (stored by pass 1); only the segments whose maximum reaches T0 are re-read
     #   (~730 of a random 1M row's 8,192 at k = 512), NSEG at a time, in index order: span
-    #   q = p * (SPP / NSEG) + batch, so a row's spans number max_chunks whatever the length
-    #   (the unused ones count 0).
+    #   q = p * (SPP / NSEG) + batch (the unused ones count 0).
     SEG: tl.constexpr = CHUNK // NSEG
     row = tl.program_id(0)
     p = tl.program_id(1)
@@ -350,17 +339,21 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pb
         i = p * SPP + tl.arange(0, SPP)
         smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i,
                        mask=i < (len_e + SEG - 1) // SEG, other=0)
-        act = (smax >= t0).to(tl.int32)  # t0 >= 1: segments past the length (0) never
-        csum = tl.cumsum(act, axis=0)
-        n_act = tl.sum(act, axis=0)
+        act = smax >= t0  # t0 >= 1: segments past the length (0) never
+        n_act = tl.sum(act.to(tl.int32), axis=0)
+        # the program's active segments, ascending, in its slice of the list (no register
+        # scatter in Triton: a store, a CTA barrier, then loads)
+        l_row = list_ptr + row.to(tl.int64) * stride_s + p * SPP
+        tl.store(l_row + tl.cumsum(act.to(tl.int32), axis=0) - 1, i, mask=act)
         bq = tl.arange(0, NB)
         tl.store(cc_row + p * NB + bq, 0, mask=bq * NSEG >= n_act)  # batches with no segment
+        tl.debug_barrier()
         a = tl.arange(0, NSEG)
         b = n_act * 0
         while b < n_act:  # (a while: the interpreter cannot range over a tensor)
-            # the (b + a)-th active segment = #{segments whose running count is <= b + a}
-            seg = p * SPP + tl.sum((csum[None, :] <= (b + a)[:, None]).to(tl.int32), axis=1)
-            key1, e = _span_keys(x_row, seg, b + a < n_act, length, len_e, BLOCK, SEG)
+            ok = b + a < n_act
+            seg = tl.load(l_row + b + a, mask=ok, other=0)
+            key1, e = _span_keys(x_row, seg, ok, length, len_e, BLOCK, SEG)
             _collect_span(key1, e, p * NB + b // NSEG, t0, cnt_ptr + row, kb_ptr, pb_ptr,
                           cc_row, CAP)
             b += NSEG
@@ -511,9 +504,9 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
 
 
-# Segments a collect program owns on folded grids: 128 (16K columns; 64 programs a 1M row), so
-# a program re-reads ~11 active segments of a random row in one [16, 128] tile.
-SEG_PER_PROGRAM = 128
+# Segments a collect program owns on folded grids: 256 (32K columns; 32 programs a 1M row, ~23
+# active segments of a random row, two batches).
+SEG_PER_PROGRAM = 256
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
@@ -548,7 +541,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     n_spans = programs * (spp // NSEG) if segs else n_chunks
     if stages >= 3:
         _collect_kernel[(rows, programs)](
-            x16, lengths, ws.thr, ws.cnt, ws.smax, ws.kbuf, ws.pbuf, ws.cc, x16.stride(0),
+            x16, lengths, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.kbuf, ws.pbuf, ws.cc,
+            x16.stride(0),
             ws.smax.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols, NSEG=NSEG,
             CAP=cfg.cap, SEGS=segs, SPP=spp, num_warps=4, **common)
     if stages >= 4:
