@@ -450,7 +450,7 @@ for name, layout in LAYOUTS.items():
 # the merge at the default splits (10 at 1 x 6, 5 from 4 x 6), 20 (one step a split at 1 request,
 # sweep) with PDL, and 32-head blocks
 for n_split, block_h, pdl in ((10, 16, False), (5, 16, False), (20, 16, True), (10, 32, False)):
-    const = dict(D=512, DM=K.merge_dims(512, n_split, block_h), R2=32, BLOCK_H=block_h,
+    const = dict(D=512, DM=K.merge_dims(512, n_split, block_h), BLOCK_H=block_h,
                  N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
     out[f"merge-{n_split}-h{block_h}-pdl{pdl}"] = build(K._merge_kernel, const, 4)
 print(json.dumps(out))
@@ -465,7 +465,10 @@ def test_compiles_for_sm90_without_spills():
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
-    # the 4-warp default layout (from 4 requests x 6 rows) sits at the 255-register cap and
-    # spills 16 bytes; it was still the fastest measured there (H200 sweep, session 3)
+    # the 4-warp default layout (from 4 requests x 6 rows, and 64 heads) sits at the
+    # 255-register cap and spills up to 16 bytes; it was still the fastest measured there (H200
+    # sweep, session 3). Session 4 (RoPE rotation after the step loop): 2 words stored before
+    # the loop and reloaded after it, not inside it (SASS).
     assert spills.pop("default-48x16-K512") <= 16
+    assert spills.pop("default-6x64-K512") <= 16
     assert spills == {k: 0 for k in spills}, spills
