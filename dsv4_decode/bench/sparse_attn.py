@@ -146,32 +146,31 @@ SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1,
 
 
 def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
-    """Named configs for one shape: every layout of ``LAYOUTS`` as the rule splits it, the same
-    layouts with other step counts (fewer splits x more steps, and the reverse), and the
-    older alternatives (fused merge, register cap, 4 warps); ``_pdl``: the merge kernel as a
-    programmatic dependent launch."""
-    out = {}
-    for name, layout in LAYOUTS.items():
-        base = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, **layout)
-        if name != "default" and base == out["default"]:
-            continue  # e.g. block_h32 at 16 heads
-        out[name] = base
-        steps = max(base.w_steps, base.c_steps)
-        lay = dict(num_warps=base.num_warps, dim_split=base.dim_split)
-        for st in sorted({1, steps // 2, steps * 2} - {0, steps}):
-            c = SparseAttnConfig.with_steps(base.block_h, base.block_n, st, WINDOW, SELECTED,
-                                            **lay)
-            if c.n_split <= 20:  # steps 1: every SM busy at 1 request, a wide merge
-                out[f"{name}_steps{st}"] = c
-    base = out["default"]
-    out["fused"] = dataclasses.replace(base, fused_merge=True)
-    # 2 CTAs/SM with ~240 B of spills (ptxas), split for 2 CTAs/SM
-    out["maxnreg128"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, maxnreg=128)
-    out["warps4"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, num_warps=4)
-    # last: a programmatic edge that the graph capture would refuse fails only these
-    for name in ("default", "block_n64", "default_steps1", "block_n64_steps1"):
-        if name in out:
-            out[f"{name}_pdl"] = dataclasses.replace(out[name], pdl=True)
+    """Named configs for one shape (session 4; the dim-split and register-capped layouts lost
+    everywhere in session 3 and are no longer swept): ``ours`` (the default) with its merge as
+    a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), with other
+    step counts (``_steps<n>``: the merge now costs one round trip whatever the split count,
+    so more, shorter splits may pay); where the default is the one-step 64-key layout,
+    one-step 32-key splits at 8 and 4 warps (20 splits at 512 selected, twice the CTAs), else
+    ``block_n64`` split by the rule; ``block_h32`` (two 32-head blocks at 64 heads) where
+    there are >= 32 heads."""
+    ours = pick_config(rows, heads, D, WINDOW, SELECTED)
+    out = {"ours": ours, "ours_pdl": dataclasses.replace(ours, pdl=True),
+           "ours_fused": dataclasses.replace(ours, fused_merge=True)}
+    steps = max(ours.w_steps, ours.c_steps)
+    for st in sorted({1, 2, steps // 2, steps * 2} - {0, steps}):
+        c = SparseAttnConfig.with_steps(ours.block_h, ours.block_n, st, WINDOW, SELECTED,
+                                        num_warps=ours.num_warps)
+        if c.n_split <= 20:
+            out[f"ours_steps{st}"] = c
+    if ours.block_n == 64:  # the one-step regime (1-2 requests): 32-key steps, twice the CTAs
+        for warps in (8, 4):
+            out[f"n32_w{warps}_steps1"] = SparseAttnConfig.with_steps(
+                ours.block_h, 32, 1, WINDOW, SELECTED, num_warps=warps)
+    else:
+        out["block_n64"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_n=64)
+    if heads >= 32:
+        out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     return out
 
 

@@ -355,16 +355,22 @@ def test_gpu_merge_repeatable(fused):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl"])
+@pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl", "one_step", "one_step_pdl"])
 def test_gpu_graph_replay_new_indices_and_positions(merge):
     """Replays of one captured call with new indices, positions and q (the merge kernel also
-    as a programmatic dependent launch: a PDL edge inside the graph)."""
+    as a programmatic dependent launch: a PDL edge inside the graph). ``one_step``: the
+    default at 1 request (one-step 64-key splits, the RoPE row loaded with the records, 10
+    partials merged), otherwise 4 requests split by the 8-warp rule (multi-step loops)."""
     dev = torch.device("cuda")
-    inp = Inputs(Case(4, 6, 16, 512, **PROD), dev)
+    requests = 1 if merge.startswith("one_step") else 4
+    inp = Inputs(Case(requests, 6, 16, 512, **PROD), dev)
     t = inp.q.shape[0]
-    fused = merge == "fused"
-    cfg = dataclasses.replace(SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=fused),
-                              pdl=merge == "kernel_pdl")
+    if requests == 1:
+        cfg = pick_config(t, 16, 512, 128, 512)
+        assert cfg.c_steps == cfg.w_steps == 1 and cfg.n_split > 1, cfg
+    else:
+        cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=merge == "fused")
+    cfg = dataclasses.replace(cfg, pdl=merge.endswith("_pdl"))
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
     out = torch.empty_like(inp.q)
     run = lambda: sparse_attn(*inp.args(), **inp.kwargs(), out=out, workspace=ws)
@@ -380,7 +386,7 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
         graph.replay()
         torch.cuda.synchronize()
         compare(inp, out, f"replay {step} of {cfg}")
-        if fused:
+        if cfg.fused_merge:
             assert int(ws.counters.abs().sum()) == 0, f"replay {step}: counters {ws.counters}"
 
 
