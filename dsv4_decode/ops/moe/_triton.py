@@ -33,9 +33,17 @@ import triton.language as tl
 
 
 @triton.jit
-def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
-                          BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
-                          K_CHUNK: tl.constexpr):
+def _router_logits_kernel(x_ptr, w_ptr, part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr,
+                          entries_ptr, tiles_ptr, tick_ptr, T, D, stride_x, route_scale,
+                          E: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+                          BLOCK_K: tl.constexpr, K_CHUNK: tl.constexpr, SELECT: tl.constexpr,
+                          SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
+                          SEL_ROWS: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
+                          CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
+                          FILL: tl.constexpr):
+    """Partial logits of K chunk ``pid_s`` -> ``part[pid_s, T, E]``. SELECT (``T <= SEL_ROWS``,
+    one select CTA's rows): the last CTA to arrive (ticket ``tick_ptr``) then does
+    ``_router_select_kernel``'s work (``_select`` + ``_record``): route is one launch."""
     pid_e = tl.program_id(0)
     pid_s = tl.program_id(1)
     pid_t = tl.program_id(2)
@@ -51,6 +59,12 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, T, E, D, stride_x,
         acc = tl.dot(xt, wt, acc)
     mask = (offs_t[:, None] < T) & (offs_e[None, :] < E)
     tl.store(part_ptr + (pid_s * T + offs_t[:, None]) * E + offs_e[None, :], acc, mask=mask)
+    if SELECT:
+        if _last_arrival(tick_ptr, tl.num_programs(0) * tl.num_programs(1)):
+            _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, 0, T, route_scale, E,
+                    SPLIT, TOP_K, K_PAD, SEL_ROWS, E_PAD, HAS_VALID)
+            tl.debug_barrier()  # the ids just stored are visible to the whole CTA
+            _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
 
 
 @triton.jit
@@ -58,17 +72,30 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
                           tiles_ptr, tick_ptr, T, route_scale, E: tl.constexpr,
                           SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
                           BLOCK_T: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
-                          TICKET: tl.constexpr, CAP: tl.constexpr, NP: tl.constexpr,
-                          BLOCK_M: tl.constexpr, FILL: tl.constexpr):
-    """Grid ``cdiv(T, BLOCK_T)``. The routing record follows in the same launch, written by
-    the one CTA (after a CTA barrier: the ids just stored are visible to the whole CTA) or,
-    TICKET (several CTAs), by the last to arrive (ticket ``tick_ptr``, ``_last_arrival``).
+                          CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
+                          FILL: tl.constexpr):
+    """Grid ``cdiv(T, BLOCK_T)`` (T above one CTA's rows; fewer: the logits kernel's SELECT).
+    ``_select`` of this CTA's rows; the last CTA to arrive (ticket ``tick_ptr``) writes the
+    routing record."""
+    _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, tl.program_id(0) * BLOCK_T, T,
+            route_scale, E, SPLIT, TOP_K, K_PAD, BLOCK_T, E_PAD, HAS_VALID)
+    if _last_arrival(tick_ptr, tl.num_programs(0)):
+        _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
+
+
+@triton.jit
+def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scale,
+            E: tl.constexpr, SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
+            BLOCK_T: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr):
+    """Rows ``row0 .. row0 + BLOCK_T - 1``: sum of the SPLIT partial logits in chunk order,
+    sqrtsoftplus, biased top-k, weights -> ``ids``, ``wts``.
 
     No serial chain of memory round trips: the SPLIT partial loads are unrolled (issued back to
-    back, summed in chunk order: the same fp32 sum as a loop), and each arg-max pass is one
-    int64 max over ``(ordered score bits << 32) | (E_PAD - 1 - e)`` (largest score, ties to the
-    lower id) instead of a float max, an index min and a sum (one CTA reduction, not three)."""
-    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    back, summed in chunk order: the same fp32 sum as a loop; ``.cg``: other CTAs wrote them),
+    and each arg-max pass is one int64 max over ``(ordered score bits << 32) | (E_PAD - 1 -
+    e)`` (largest score, ties to the lower id) instead of a float max, an index min and a sum
+    (one CTA reduction, not three)."""
+    offs_t = row0 + tl.arange(0, BLOCK_T)
     offs_e = tl.arange(0, E_PAD)
     tmask = offs_t < T
     emask = offs_e < E
@@ -76,7 +103,7 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
     ptrs = part_ptr + offs_t[:, None] * E + offs_e[None, :]
     z = tl.zeros((BLOCK_T, E_PAD), dtype=tl.float32)
     for s in tl.static_range(SPLIT):  # fixed order: deterministic logits
-        z += tl.load(ptrs + s * T * E, mask=mask, other=0.0)
+        z += tl.load(ptrs + s * T * E, mask=mask, other=0.0, cache_modifier=".cg")
     # softplus(z) = max(z, 0) + log1p(exp(-|z|)); log1p by its series where 1 + y rounds.
     y = tl.exp(-tl.abs(z))
     log1p = tl.where(y < 1e-4, y * (1.0 - 0.5 * y), tl.log(1.0 + y))
@@ -108,12 +135,6 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
              mask=smask)
     tl.store(wts_ptr + offs_t[:, None] * TOP_K + kk,
              tl.where(valid[:, None], sel * norm[:, None], 0.0), mask=smask)
-    if TICKET:
-        if _last_arrival(tick_ptr, tl.num_programs(0)):
-            _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
-    else:
-        tl.debug_barrier()
-        _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
 
 
 @triton.jit

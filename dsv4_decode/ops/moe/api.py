@@ -3,7 +3,8 @@
 Public entry points:
 
 - ``route(x, gate_weight, gate_bias, top_k=6, route_scale=1.5)`` -> ``Routing``
-  (2 launches: split-K logits; select, whose last CTA writes the routing record);
+  (2 launches: split-K logits; select, whose last CTA writes the routing record; 1 up to 4
+  rows: the last logits CTA selects and writes the record);
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
 - ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
   time: checks, and repacks the MXFP4 nibbles for the kernels);
@@ -172,17 +173,20 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     _check_out_routing(out, t, top_k, e, d)
     split = out.logits.shape[0]
     block_t = min(64, _np2(max(t, 16)))
+    select = t <= _SELECT_ROWS  # one select CTA's rows: the last logits CTA selects (1 launch)
+    sel_rows = min(_SELECT_ROWS, _np2(t))  # 1 row: a [1, E] tile, 4x less per thread
+    sel = dict(SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k),
+               HAS_VALID=valid_rows is not None, **_record_consts(out), num_warps=4)
+    valid = valid_rows if valid_rows is not None else out.ids
     K._router_logits_kernel[(triton.cdiv(e, _ROUTER_BLOCK_E), split, triton.cdiv(t, block_t))](
-        x, gate_weight, out.logits, t, e, d, x.stride(0),
-        BLOCK_T=block_t, BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K,
-        K_CHUNK=_ROUTER_K_CHUNK, num_warps=4)
-    select_rows = min(_SELECT_ROWS, _np2(t))  # 1 row: a [1, E] tile, 4x less per thread
-    grid = triton.cdiv(t, select_rows)
-    K._router_select_kernel[(grid,)](
-        out.logits, gate_bias, valid_rows if valid_rows is not None else out.ids,
-        out.ids, out.weights, out.entries, out.tiles, out.tick, t, float(route_scale), E=e,
-        SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k), BLOCK_T=select_rows,
-        HAS_VALID=valid_rows is not None, TICKET=grid > 1, **_record_consts(out), num_warps=4)
+        x, gate_weight, out.logits, gate_bias, valid, out.ids, out.weights, out.entries,
+        out.tiles, out.tick, t, d, x.stride(0), float(route_scale), E=e, BLOCK_T=block_t,
+        BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K, K_CHUNK=_ROUTER_K_CHUNK,
+        SELECT=select, SEL_ROWS=sel_rows, **sel)
+    if not select:
+        K._router_select_kernel[(triton.cdiv(t, sel_rows),)](
+            out.logits, gate_bias, valid, out.ids, out.weights, out.entries, out.tiles,
+            out.tick, t, float(route_scale), E=e, BLOCK_T=sel_rows, **sel)
     return out
 
 
