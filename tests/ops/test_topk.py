@@ -207,14 +207,16 @@ def test_fallback_path_is_exercised(device):
 
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, device, monkeypatch):
-    """Many-row grids fold R chunks per group-maxima program and collect only the segments whose
-    maximum reaches T0, each program over its own SEG_PER_PROGRAM segments; force both at a
-    small shape (9,000 and 16,384 columns: odd and even chunk counts; 32 segments a program, so
-    a program may loop over two batches of 16 and the last one is partial)."""
+    """Many-row grids fold R chunks per group-maxima program and collect from the threshold's
+    lists of active segments (one per region of LIST_REGION segments, spans strided over
+    LIST_PROGRAMS programs a row); force both at a small shape (9,000 and 16,384 columns: odd
+    and even chunk counts; regions of 32 segments, so a span crosses regions; 2 programs a row,
+    so the strided loop runs)."""
     from dsv4_decode.ops.topk import _triton
 
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
-    monkeypatch.setattr(_triton, "SEG_PER_PROGRAM", 32)
+    monkeypatch.setattr(_triton, "LIST_REGION", 32)
+    monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
         x = make_logits("random", 7, cols, gen)
@@ -432,12 +434,13 @@ for k, block in ((512, 1), (2048, 1), (2048, 8)):
             4)
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
     out[f"threshold-k{k}-b{block}"] = build(K._threshold_kernel, dict(
-        BLOCK=c.block, CHUNK=c.chunk, **spans), 8)
-    for segs in (0, 1):
-        out[f"collect-k{k}-b{block}-segs{segs}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, SEGS=segs, SPP=K.SEG_PER_PROGRAM, **common), 4)
+        RS=K.LIST_REGION, LIST=1, **spans, **common), 8)
+    for lst in (0, 1):
+        out[f"collect-k{k}-b{block}-list{lst}"] = build(K._collect_kernel, dict(
+            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, **common), 4)
     out[f"select-k{k}-b{block}"] = build(K._select_kernel, dict(
-        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048 // block, BLOCK=block), 8)
+        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048 // block, BLOCK=block,
+        NSEG=NSEG, LIST=1, NR=8), 8)
 print(json.dumps(out))
 '''
 

@@ -122,12 +122,12 @@ def _kth_group_max(g_row, n, K, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols, K,
+def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K,
                    BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
                    TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
                    LOG_R: tl.constexpr):
     """T0 of one row = the K-th largest of its group maxima (1 = every valid element a
-    candidate when fewer than K groups are valid); resets the row's candidate counter."""
+    candidate when fewer than K groups are valid)."""
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     s = _level(len_e, TARGET, LMAX)
     folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
@@ -143,8 +143,7 @@ def _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols,
         t = _kth_group_max(g_row, n_groups, K, GROUPS // 2)
     else:
         t = _kth_group_max(g_row, n_groups, K, GROUPS)
-    tl.store(thr_ptr + row, tl.maximum(t, 1))
-    tl.store(cnt_ptr + row, 0)
+    return tl.maximum(t, 1)
 
 
 @triton.jit
@@ -297,34 +296,67 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
         ticket = tl.atomic_add(tick_ptr + row, 1, sem="acq_rel", scope="gpu")
         if ticket == tl.num_programs(1) - 1:
             tl.store(tick_ptr + row, 0)
-            _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, row, stride_g, cols, K,
-                           BLOCK, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
+            tl.store(thr_ptr + row, _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols,
+                                                   K, BLOCK, CHUNK, LMAX, TARGET, GROUPS, R,
+                                                   LOG_R))
+            tl.store(cnt_ptr + row, 0)
 
 
 @triton.jit
-def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K,
-                      BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
-                      TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
-                      LOG_R: tl.constexpr):
-    """T0 of row ``program_id(0)`` (the unfused path of step 2)."""
-    _row_threshold(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, tl.program_id(0), stride_g, cols,
-                   K, BLOCK, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R)
+def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, rcnt_ptr,
+                      stride_g, stride_s, stride_r, cols, K, BLOCK: tl.constexpr,
+                      CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
+                      GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
+                      NSEG: tl.constexpr, RS: tl.constexpr, LIST: tl.constexpr):
+    """Grid (rows, regions): T0 of row ``program_id(0)`` (every program computes it; region 0
+    stores it and resets the candidate counter). LIST: program c also lists, ascending, the
+    segments of its region [c * RS, (c + 1) * RS) whose maximum reaches T0, at the region's
+    slice of the row's list, and their number (the collect pass's work; regions in parallel:
+    one CTA a row scanning 8,192 segments took 8-12 µs)."""
+    row = tl.program_id(0)
+    c = tl.program_id(1)
+    t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, BLOCK, CHUNK, LMAX,
+                        TARGET, GROUPS, R, LOG_R)
+    if c == 0:
+        tl.store(thr_ptr + row, t0)
+        tl.store(cnt_ptr + row, 0)
+    if LIST:
+        SEG: tl.constexpr = CHUNK // NSEG
+        length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+        i = c * RS + tl.arange(0, RS)
+        act = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i,
+                      mask=i < (len_e + SEG - 1) // SEG, other=0) >= t0  # t0 >= 1
+        pos = c * RS + tl.cumsum(act.to(tl.int32), axis=0) - 1
+        tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)
+        tl.store(rcnt_ptr + row.to(tl.int64) * stride_r + c, tl.sum(act.to(tl.int32), axis=0))
 
 
 @triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, kbuf_ptr,
-                    pbuf_ptr, cc_ptr, stride_x, stride_s, stride_b, stride_cc, cols,
-                    BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-                    CAP: tl.constexpr, SEGS: tl.constexpr, SPP: tl.constexpr):
-    # Appends the row's elements >= T0 to its buffer in units ("spans") of up to NSEG segments
-    # of SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank
-    # inside the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order
-    # the atomics give never matters to the select. One load and ONE atomic a span.
-    # SEGS == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it.
-    # SEGS == 1 (folded grids): program p owns segments [p * SPP, (p + 1) * SPP) and reads
-    #   their maxima (stored by pass 1); only the segments whose maximum reaches T0 are re-read
-    #   (~730 of a random 1M row's 8,192 at k = 512), NSEG at a time, in index order: span
-    #   q = p * (SPP / NSEG) + batch (the unused ones count 0).
+def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
+    """The row's active-segment count per region (``_threshold_kernel``), its exclusive
+    prefix and the total."""
+    r = tl.arange(0, NR)
+    rc = tl.load(rcnt_ptr + row.to(tl.int64) * stride_r + r, mask=r < n_reg, other=0)
+    return r, tl.cumsum(rc, axis=0) - rc, tl.sum(rc, axis=0)
+
+
+@triton.jit
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kbuf_ptr,
+                    pbuf_ptr, cc_ptr, stride_x, stride_s, stride_r, stride_b, stride_cc, cols,
+                    n_reg, BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+                    CAP: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr,
+                    RS: tl.constexpr, NR: tl.constexpr):
+    # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
+    # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
+    # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
+    # atomics give never matters to the select. One load and ONE atomic a span.
+    # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it.
+    # LIST == 1: the P programs of a row take spans q = p, p + P, ... of the row's list of
+    #   segments whose maximum reaches T0 (~730 of a random 1M row's 8,192 at k = 512: a few %
+    #   of the row is re-read), the list being the regions' lists one after the other; usually
+    #   one span a program, so nothing waits on a chain. More than CAP listed segments (each
+    #   holds a candidate) is an overflow: nothing is collected, the select's exact fallback
+    #   runs.
     SEG: tl.constexpr = CHUNK // NSEG
     row = tl.program_id(0)
     p = tl.program_id(1)
@@ -334,29 +366,24 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, kb
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
     t0 = tl.load(thr_ptr + row)
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
-    if SEGS:
-        NB: tl.constexpr = SPP // NSEG  # spans (batches of NSEG segments) a program
-        i = p * SPP + tl.arange(0, SPP)
-        smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i,
-                       mask=i < (len_e + SEG - 1) // SEG, other=0)
-        act = smax >= t0  # t0 >= 1: segments past the length (0) never
-        n_act = tl.sum(act.to(tl.int32), axis=0)
-        # the program's active segments, ascending, in its slice of the list (no register
-        # scatter in Triton: a store, a CTA barrier, then loads)
-        l_row = list_ptr + row.to(tl.int64) * stride_s + p * SPP
-        tl.store(l_row + tl.cumsum(act.to(tl.int32), axis=0) - 1, i, mask=act)
-        bq = tl.arange(0, NB)
-        tl.store(cc_row + p * NB + bq, 0, mask=bq * NSEG >= n_act)  # batches with no segment
-        tl.debug_barrier()
+    if LIST:
+        r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+        n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)
+        if (p == 0) & (n_act > CAP):
+            tl.store(cnt_ptr + row, CAP + 1)
+        l_row = list_ptr + row.to(tl.int64) * stride_s
         a = tl.arange(0, NSEG)
-        b = n_act * 0
-        while b < n_act:  # (a while: the interpreter cannot range over a tensor)
-            ok = b + a < n_act
-            seg = tl.load(l_row + b + a, mask=ok, other=0)
+        q = p
+        while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
+            g = q * NSEG + a  # places in the row's list
+            ok = g < n_act
+            # region of place g: the last one whose prefix is <= g (empty ones never are last)
+            c = tl.sum((pre[None, :] <= g[:, None]).to(tl.int32), axis=1) - 1
+            base = tl.sum(tl.where(r[None, :] == c[:, None], pre[None, :], 0), axis=1)
+            seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
             key1, e = _span_keys(x_row, seg, ok, length, len_e, BLOCK, SEG)
-            _collect_span(key1, e, p * NB + b // NSEG, t0, cnt_ptr + row, kb_ptr, pb_ptr,
-                          cc_row, CAP)
-            b += NSEG
+            _collect_span(key1, e, q, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+            q += P
     else:
         # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count
         # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
@@ -476,9 +503,10 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, out_ptr,
-                   stride_x, stride_b, stride_cc, stride_o, cols, n_spans, K,
-                   BLOCK: tl.constexpr, NCH: tl.constexpr, SMALL: tl.constexpr,
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, rcnt_ptr,
+                   out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
+                   n_reg, K, BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
+                   LIST: tl.constexpr, NR: tl.constexpr, SMALL: tl.constexpr,
                    CAP: tl.constexpr, SCAN: tl.constexpr):
     row = tl.program_id(0)
     b_off = row.to(tl.int64) * stride_b
@@ -486,6 +514,11 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     # The count, the span counts and the first SMALL buffer entries load together (entries
     # past the count are stale and masked off afterwards): one memory round trip, not two.
     n = tl.load(cnt_ptr + row)
+    if LIST:
+        _, _, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+        n_spans = (n_act + NSEG - 1) // NSEG
+    else:
+        n_spans = n_chunks + 0 * n
     j = tl.arange(0, NCH)
     cc = tl.load(cc_ptr + row.to(tl.int64) * stride_cc + j, mask=j < n_spans, other=0)
     i = tl.arange(0, SMALL)
@@ -504,9 +537,11 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
 
 
-# Segments a collect program owns on folded grids: 256 (32K columns; 32 programs a 1M row, ~23
-# active segments of a random row, two batches).
-SEG_PER_PROGRAM = 256
+# Collect programs per row on large grids: one span each up to 64 spans (1,024 active segments;
+# ~730 on random 1M rows at k = 512), strided loops beyond. Segments a threshold program lists:
+# 1,024 (8 programs a 1M row).
+LIST_PROGRAMS = 64
+LIST_REGION = 1024
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
@@ -526,28 +561,31 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
     # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
     fuse = fuse and log_r == 0 and k <= 512
-    segs = log_r > 0  # folded (large) grids: pass 1 stores segment maxima, the collect reads them
+    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
     common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
-        NSEG=NSEG, SEGS=segs, FUSE=fuse, num_warps=4, **spans, **common)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=4, **spans, **common)
+    rs = LIST_REGION
+    n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
+    regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
     if stages >= 2 and not fuse:
-        _threshold_kernel[(rows,)](lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k,
-                                   num_warps=8, **spans, **common)
-    spp = SEG_PER_PROGRAM
-    programs = triton.cdiv(n_chunks * NSEG, spp) if segs else n_chunks
-    n_spans = programs * (spp // NSEG) if segs else n_chunks
+        _threshold_kernel[(rows, n_reg)](
+            lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
+            ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
+            num_warps=8, **spans, **common)
     if stages >= 3:
-        _collect_kernel[(rows, programs)](
-            x16, lengths, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.kbuf, ws.pbuf, ws.cc,
-            x16.stride(0),
-            ws.smax.stride(0), ws.kbuf.stride(0), ws.cc.stride(0), cols, NSEG=NSEG,
-            CAP=cfg.cap, SEGS=segs, SPP=spp, num_warps=4, **common)
+        _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
+            x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
+            stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
+            stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
+            P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=4, **regions, **common)
     if stages >= 4:
         _select_kernel[(rows,)](
-            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, out, x16.stride(0),
-            ws.kbuf.stride(0), ws.cc.stride(0), out.stride(0), cols, n_spans, k,
-            BLOCK=cfg.block, NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap,
-            SCAN=2048 // cfg.block, num_warps=8)
+            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
+            stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
+            stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, BLOCK=cfg.block,
+            NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap,
+            SCAN=2048 // cfg.block, num_warps=8, **regions)

@@ -23,8 +23,10 @@ class TopkWorkspace:
     - ``smax`` int32 [rows, cfg.max_chunks * NSEG]: rank-key maxima of contiguous segments of
       ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
       pass's pruning;
-    - ``seglist`` int32 [rows, cfg.max_chunks * NSEG]: scratch of the collect programs (each
-      lists its active segments in its own slice);
+    - ``seglist`` int32 [rows, cfg.max_chunks * NSEG] / ``rcnt`` int32 [rows, cfg.max_chunks]:
+      the segments whose maximum reaches T0, ascending, listed per region of 1,024 segments at
+      the region's slice, and their number per region (folded grids; written by the threshold
+      kernel, read by the collect);
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
     - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key ``| rank inside its
@@ -39,6 +41,7 @@ class TopkWorkspace:
     gmax: torch.Tensor
     smax: torch.Tensor
     seglist: torch.Tensor
+    rcnt: torch.Tensor
     thr: torch.Tensor
     cnt: torch.Tensor
     kbuf: torch.Tensor
@@ -61,7 +64,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
     return TopkWorkspace(
         cfg=cfg, tick=torch.zeros(rows, dtype=torch.int32, device=torch.device(device)),
         gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG),
-        seglist=buf(rows, cfg.max_chunks * NSEG),
+        seglist=buf(rows, cfg.max_chunks * NSEG), rcnt=buf(rows, cfg.max_chunks),
         thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
         scratch=buf(rows, cfg.cap))
