@@ -24,7 +24,7 @@ class TopkWorkspace:
       ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
       pass's pruning;
     - ``seglist`` int32 [rows, cfg.max_chunks * NSEG] / ``rcnt`` int32 [rows, cfg.max_chunks]:
-      the segments whose maximum reaches T0, ascending, listed per region of 1,024 segments at
+      the segments whose maximum reaches T0, ascending, listed per region of LIST_REGION segments at
       the region's slice, and their number per region (folded grids; written by the threshold
       kernel, read by the collect);
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
