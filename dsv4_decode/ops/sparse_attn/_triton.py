@@ -28,6 +28,27 @@ FP4_SCALE_2_118: tl.constexpr = tl.constexpr(2.0 ** 118)  # scale x this stays f
 
 
 @triton.jit
+def _bytes_as_words(base_ptr, off, valid, NB: tl.constexpr, WORD: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    """The NB bytes at byte offsets ``off`` [BLOCK_N] (word-aligned) -> uint8
+    [BLOCK_N, NB], loaded as NB / size(WORD) words a key and split into bytes in registers.
+    Why: Triton gives each large loaded tile a layout of its own and converts it (shared
+    memory, barriers) right after the load, so the next load waits for this one's round trip;
+    a tile of no more elements than threads (512 B of scales as [64, 4] int32 / int64) is
+    instead loaded in the layout its users need. ptxas (sm_90a, one-step 64-key layout): the
+    window split's scales no longer wait for its codes, and Triton then dequantises the codes
+    once and stages the bf16 keys in shared memory instead of converting the raw bytes into
+    both MMA operand layouts and dequantising twice (window split 2,344 -> ~1,670
+    instructions)."""
+    PER: tl.constexpr = WORD.primitive_bitwidth // 8
+    w_ptr = base_ptr.to(tl.pointer_type(WORD), bitcast=True)
+    w = tl.load(w_ptr + (off // PER)[:, None] + tl.arange(0, NB // PER)[None, :],
+                mask=valid[:, None], other=0)
+    sh = (tl.arange(0, PER) * 8).to(WORD)
+    return tl.reshape((w[:, :, None] >> sh[None, None, :]) & 0xFF, (BLOCK_N, NB)).to(tl.uint8)
+
+
+@triton.jit
 def _window_load(win_ptr, slot, pos, row_ok, i0, i_hi, ring,
                  WINDOW: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
     """Raw FP8 records of window keys ``i0 .. i0+BLOCK_N`` (key i = position
@@ -39,9 +60,12 @@ def _window_load(win_ptr, slot, pos, row_ok, i0, i_hi, ring,
     rec = (slot.to(tl.int64) * ring + tl.where(valid, kpos % ring, 0)) * (D + D // 32)
     blk = tl.arange(0, D // 32)
     e = tl.arange(0, 32)
+    if D % 128 == 0:  # records and their scale bytes 4-byte aligned
+        sc = _bytes_as_words(win_ptr, rec + D, valid, D // 32, tl.int32, BLOCK_N)
+    else:
+        sc = tl.load(win_ptr + rec[:, None] + D + blk[None, :], mask=valid[:, None], other=0)
     codes = tl.load(win_ptr + rec[:, None, None] + blk[None, :, None] * 32 + e[None, None, :],
                     mask=valid[:, None, None], other=0)
-    sc = tl.load(win_ptr + rec[:, None] + D + blk[None, :], mask=valid[:, None], other=0)
     return codes, sc, valid
 
 
@@ -59,20 +83,14 @@ def _window_dequant_pairs(codes, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _index_load(idx_ptr, row, row_ok, c0, c_hi, k_sel, max_pages, PAGE: tl.constexpr,
-                BLOCK_N: tl.constexpr):
-    """Entries of index-list columns ``c0 .. c0+BLOCK_N`` (columns >= c_hi masked) ->
-    (entry numbers [BLOCK_N] (0 where masked), valid [BLOCK_N])."""
+def _compressed_addr(idx_ptr, bt_ptr, row, slot, row_ok, c0, c_hi, k_sel, n_pages, max_pages,
+                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Record offsets of index-list columns ``c0 .. c0+BLOCK_N`` (columns >= c_hi masked)
+    through the block table -> (int64 byte offsets [BLOCK_N], valid [BLOCK_N])."""
     c = c0 + tl.arange(0, BLOCK_N)
     j = tl.load(idx_ptr + row.to(tl.int64) * k_sel + c, mask=(c < c_hi) & row_ok, other=-1)
     valid = (j >= 0) & (j < max_pages * PAGE)
-    return tl.where(valid, j, 0), valid
-
-
-@triton.jit
-def _page_rec(bt_ptr, slot, j, valid, n_pages, max_pages, D: tl.constexpr, PAGE: tl.constexpr):
-    """Entries ``j`` of ``slot`` through the block table -> (int64 record byte offsets,
-    valid)."""
+    j = tl.where(valid, j, 0)
     page = tl.load(bt_ptr + slot.to(tl.int64) * max_pages + j // PAGE, mask=valid, other=-1)
     valid = valid & (page >= 0) & (page < n_pages)
     rec = (tl.where(valid, page, 0).to(tl.int64) * PAGE + j % PAGE) * (D // 2 + D // 16)
@@ -80,23 +98,17 @@ def _page_rec(bt_ptr, slot, j, valid, n_pages, max_pages, D: tl.constexpr, PAGE:
 
 
 @triton.jit
-def _compressed_addr(idx_ptr, bt_ptr, row, slot, row_ok, c0, c_hi, k_sel, n_pages, max_pages,
-                     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Record offsets of index-list columns ``c0 .. c0+BLOCK_N`` (columns >= c_hi masked)
-    through the block table -> (int64 byte offsets [BLOCK_N], valid [BLOCK_N])."""
-    j, valid = _index_load(idx_ptr, row, row_ok, c0, c_hi, k_sel, max_pages, PAGE, BLOCK_N)
-    return _page_rec(bt_ptr, slot, j, valid, n_pages, max_pages, D, PAGE)
-
-
-@triton.jit
-def _compressed_load_2d(comp_ptr, rec, valid, D: tl.constexpr):
+def _compressed_load_2d(comp_ptr, rec, valid, D: tl.constexpr, BLOCK_N: tl.constexpr):
     """Raw NVFP4 records -> (packed e2m1 [BLOCK_N, D/2], e4m3 scales [BLOCK_N, D/16]). Loaded
     as a 2-d tile so that the layout runs along the record (16 B per thread) and the bf16 tiles
     derived from it go to shared memory row-major in 16 B stores."""
+    if D % 128 == 0:  # records and their scale bytes 8-byte aligned
+        sc = _bytes_as_words(comp_ptr, rec + D // 2, valid, D // 16, tl.int64, BLOCK_N)
+    else:
+        sc = tl.load(comp_ptr + rec[:, None] + D // 2 + tl.arange(0, D // 16)[None, :],
+                     mask=valid[:, None], other=0)
     packed = tl.load(comp_ptr + rec[:, None] + tl.arange(0, D // 2)[None, :],
                      mask=valid[:, None], other=0)
-    sc = tl.load(comp_ptr + rec[:, None] + D // 2 + tl.arange(0, D // 16)[None, :],
-                 mask=valid[:, None], other=0)
     return packed, sc
 
 
@@ -141,28 +153,43 @@ def _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e, acc_o, qk_scale):
 
 
 @triton.jit
-def _load_sink(sink_ptr, h, hmask, BLOCK_H: tl.constexpr, HAS_SINK: tl.constexpr):
-    """The heads' sinks in the log2 domain, [BLOCK_H, 1]; -inf without sinks (adds nothing to
-    the denominator)."""
+def _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, d0, D: tl.constexpr,
+                 DM: tl.constexpr, R2: tl.constexpr, BLOCK_H: tl.constexpr,
+                 HAS_SINK: tl.constexpr):
+    """What the finalisation of dims ``d0 .. d0+DM`` reads besides the partials, loaded up
+    front so that it overlaps them: the RoPE table row of ``pos`` for the pairs of the chunk
+    (cos 1 / sin 0 before the rope slice and for positions outside the table; such chunks read
+    nothing) -> ``cs, sn [1, DM/2]``, and the sink in the log2 domain (-inf without sinks,
+    which adds nothing to the denominator) -> ``sink [BLOCK_H, 1]``."""
+    i = d0 // 2 + tl.arange(0, DM // 2) - (D // 2 - R2)
+    ok = (i >= 0) & (pos >= 0) & (pos < n_cos)
+    cs = tl.load(cos_ptr + pos * R2 + i, mask=ok, other=1.0)[None, :]
+    sn = tl.load(sin_ptr + pos * R2 + i, mask=ok, other=0.0)[None, :]
     if HAS_SINK:
-        return tl.load(sink_ptr + h, mask=hmask, other=0.0)[:, None] * 1.4426950408889634
+        sink = tl.load(sink_ptr + h, mask=hmask, other=0.0)[:, None] * 1.4426950408889634
     else:
-        return tl.full([BLOCK_H, 1], float("-inf"), tl.float32)
+        sink = tl.full([BLOCK_H, 1], float("-inf"), tl.float32)
+    return cs, sn, sink
 
 
 @triton.jit
-def _finalize(acc, m, l, sink, row, h, hmask, out_ptr, n_heads, d0, D: tl.constexpr,
-              DM: tl.constexpr):
-    """acc [BLOCK_H, DM] (dims d0 .. d0+DM, already rotated back) unnormalised, m (log2
-    domain), l and sink [BLOCK_H, 1] -> add the sink, normalise, store bf16."""
+def _finalize(acc, m, l, sink, cs, sn, row, h, hmask, out_ptr, n_heads, d0, D: tl.constexpr,
+              DM: tl.constexpr, BLOCK_H: tl.constexpr):
+    """acc [BLOCK_H, DM] (dims d0 .. d0+DM) unnormalised, m (log2 domain), l and sink
+    [BLOCK_H, 1], RoPE rows cs / sn [1, DM/2] (``_tail_inputs``) -> sink, normalise, inverse
+    RoPE, store bf16."""
     m_f = tl.maximum(m, sink)
     m_use = tl.where(m_f == float("-inf"), 0.0, m_f)
     alpha = tl.exp2(m - m_use)
     den = l * alpha + tl.exp2(sink - m_use)
     w = tl.where(den > 0, alpha / tl.where(den > 0, den, 1.0), 0.0)
+    o = acc * w
+    # inverse RoPE: rotate pairs (2i, 2i+1) by -pos*f; pairs before the rope slice get cos 1, sin 0
+    a, b = tl.split(tl.reshape(o, (BLOCK_H, DM // 2, 2)))
+    o = tl.reshape(tl.join(a * cs + b * sn, b * cs - a * sn), (BLOCK_H, DM))
     d = d0 + tl.arange(0, DM)
     offs = (row.to(tl.int64) * n_heads + h)[:, None] * D + d[None, :]
-    tl.store(out_ptr + offs, (acc * w).to(tl.bfloat16), mask=hmask[:, None])
+    tl.store(out_ptr + offs, o.to(tl.bfloat16), mask=hmask[:, None])
 
 
 @triton.jit
@@ -201,72 +228,32 @@ def _merge_combine(part, m_s, l_s):
 
 
 @triton.jit
-def _rope_pairs(cos_ptr, sin_ptr, pos, n_cos, D: tl.constexpr, R2: tl.constexpr):
-    """cos / sin [1, D/2] of the row's inverse RoPE per dim pair (2i, 2i+1): the table row of
-    ``pos`` on the last R2 pairs, cos 1 / sin 0 elsewhere and for positions outside the
-    table (those elements read nothing)."""
-    i = tl.arange(0, D // 2) - (D // 2 - R2)
-    ok = (i >= 0) & (pos >= 0) & (pos < n_cos)
-    return (tl.load(cos_ptr + pos * R2 + i, mask=ok, other=1.0)[None, :],
-            tl.load(sin_ptr + pos * R2 + i, mask=ok, other=0.0)[None, :])
-
-
-@triton.jit
-def _rotate_back(acc_e, acc_o, cs, sn, BLOCK_H: tl.constexpr, D: tl.constexpr):
-    """The inverse RoPE on acc given as its even / odd dims (pairs (2i, 2i+1) rotated by
-    -pos*f_i: ``_rope_pairs``) -> acc [BLOCK_H, D] in dim order. Linear, so the splits rotate
-    their partials before the merge: the merge kernel needs no position -> table chain."""
-    return tl.reshape(tl.join(acc_e * cs + acc_o * sn, acc_o * cs - acc_e * sn), (BLOCK_H, D))
-
-
-@triton.jit
-def _rotate_dims(acc, cos_ptr, sin_ptr, pos, n_cos, D: tl.constexpr, R2: tl.constexpr,
-                 BLOCK_H: tl.constexpr):
-    """``_rotate_back`` of acc [BLOCK_H, D] in dim order (the dim-split layouts)."""
-    cs, sn = _rope_pairs(cos_ptr, sin_ptr, pos, n_cos, D, R2)
-    a, b = tl.split(tl.reshape(acc, (BLOCK_H, D // 2, 2)))
-    return _rotate_back(a, b, cs, sn, BLOCK_H, D)
-
-
-@triton.jit
-def _window_split(q_ptr, win_ptr, cos_ptr, sin_ptr, row, h, hmask, n_heads, slot, pos, win_ok,
-                  w_i0, w_hi, ring, n_cos, qk_scale, WINDOW: tl.constexpr, D: tl.constexpr,
-                  R2: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                  W_STEPS: tl.constexpr):
-    """Window keys ``w_i0 .. w_hi`` of one row -> (m, l, acc [BLOCK_H, D] rotated back), in
-    even / odd dim halves as the index-list split (two independent Q K^T chains). Program
-    order = issue order: the records (after the position and slot) first, then q and the
-    RoPE row, so that q's trip through shared memory (barriers) is not in front of them."""
-    codes, sc, valid = _window_load(win_ptr, slot, pos, win_ok, w_i0, w_hi, ring, WINDOW, D,
-                                    BLOCK_N)
-    q_e, q_o = _load_q_pairs(q_ptr, row, h, hmask, n_heads, D, BLOCK_H)
+def _window_split(q_ptr, win_ptr, row, h, hmask, n_heads, slot, pos, win_ok, w_i0, w_hi, ring,
+                  qk_scale, WINDOW: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
+                  BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr):
+    """Window keys ``w_i0 .. w_hi`` of one row -> (m, l, acc [BLOCK_H, D]), in even / odd dim
+    halves as the index-list split (two independent Q K^T chains)."""
+    q_e, q_o = _load_q_pairs(q_ptr, row, h, hmask, n_heads, D)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
     acc_e = tl.zeros([BLOCK_H, D // 2], tl.float32)
     acc_o = tl.zeros([BLOCK_H, D // 2], tl.float32)
-    if W_STEPS == 1:  # one step: no prefetch, the RoPE row loads with the records
-        cs, sn = _rope_pairs(cos_ptr, sin_ptr, pos, n_cos, D, R2)
+    codes, sc, valid = _window_load(win_ptr, slot, pos, win_ok, w_i0, w_hi, ring, WINDOW, D,
+                                    BLOCK_N)
+    for it in range(W_STEPS):
+        codes_n, sc_n, valid_n = _window_load(win_ptr, slot, pos, win_ok,
+                                              w_i0 + (it + 1) * BLOCK_N, w_hi, ring, WINDOW, D,
+                                              BLOCK_N)
         k_e, k_o = _window_dequant_pairs(codes, sc, D, BLOCK_N)
         m_i, l_i, acc_e, acc_o = _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e,
                                                acc_o, qk_scale)
-    else:
-        for it in range(W_STEPS):
-            codes_n, sc_n, valid_n = _window_load(win_ptr, slot, pos, win_ok,
-                                                  w_i0 + (it + 1) * BLOCK_N, w_hi, ring, WINDOW,
-                                                  D, BLOCK_N)
-            k_e, k_o = _window_dequant_pairs(codes, sc, D, BLOCK_N)
-            m_i, l_i, acc_e, acc_o = _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e,
-                                                   acc_o, qk_scale)
-            codes, sc, valid = codes_n, sc_n, valid_n
-        cs, sn = _rope_pairs(cos_ptr, sin_ptr, pos, n_cos, D, R2)  # not held across the loop
-    return m_i, tl.sum(l_i, 1), _rotate_back(acc_e, acc_o, cs, sn, BLOCK_H, D)
+        codes, sc, valid = codes_n, sc_n, valid_n
+    return m_i, tl.sum(l_i, 1), tl.reshape(tl.join(acc_e, acc_o), (BLOCK_H, D))
 
 
 @triton.jit
-def _load_q_pairs(q_ptr, row, h, hmask, n_heads, D: tl.constexpr, BLOCK_H: tl.constexpr):
-    """The row's queries of the even and of the odd dims, bf16 [BLOCK_H, D/2] each (2-byte
-    loads: loading [BLOCK_H, D] in 16 B vectors and splitting in registers, or as 32-bit dim
-    pairs, made ptxas spill 160-830 B at the one-step 64-key layout)."""
+def _load_q_pairs(q_ptr, row, h, hmask, n_heads, D: tl.constexpr):
+    """The row's queries of the even and of the odd dims, bf16 [BLOCK_H, D/2] each."""
     i = tl.arange(0, D // 2)
     q_row = q_ptr + (row.to(tl.int64) * n_heads + h)[:, None] * D + 2 * i[None, :]
     return (tl.load(q_row, mask=hmask[:, None], other=0.0),
@@ -274,53 +261,35 @@ def _load_q_pairs(q_ptr, row, h, hmask, n_heads, D: tl.constexpr, BLOCK_H: tl.co
 
 
 @triton.jit
-def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, cos_ptr, sin_ptr, row, h, hmask,
-                            n_heads, slot, pos, sel_ok, c_0, c_hi, k_sel, n_pages, max_pages,
-                            n_cos, qk_scale, D: tl.constexpr, R2: tl.constexpr,
-                            PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                            C_STEPS: tl.constexpr):
-    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc [BLOCK_H, D] rotated back),
-    with q, the keys and acc split into even and odd dims (low / high nibbles: no per-step
-    interleave; measured 1.21-1.46x faster than dequantising in dim order); the halves are
-    interleaved back once, after the last step. Program order = issue order: the index loads,
-    then q and the RoPE row while they are in flight, then the block table and the records."""
-    if C_STEPS == 1:  # one step: no prefetch
-        j, valid = _index_load(idx_ptr, row, sel_ok, c_0, c_hi, k_sel, max_pages, PAGE,
-                               BLOCK_N)
-        q_e, q_o = _load_q_pairs(q_ptr, row, h, hmask, n_heads, D, BLOCK_H)
-        cs, sn = _rope_pairs(cos_ptr, sin_ptr, pos, n_cos, D, R2)
-        rec, valid = _page_rec(bt_ptr, slot, j, valid, n_pages, max_pages, D, PAGE)
-        packed, sc = _compressed_load_2d(comp_ptr, rec, valid, D)
-        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
-        acc_e = tl.zeros([BLOCK_H, D // 2], tl.float32)
-        acc_o = tl.zeros([BLOCK_H, D // 2], tl.float32)
+def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, slot,
+                            sel_ok, c_0, c_hi, k_sel, n_pages, max_pages, qk_scale,
+                            D: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
+                            BLOCK_N: tl.constexpr, C_STEPS: tl.constexpr):
+    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc [BLOCK_H, D]), with q, the
+    keys and acc split into even and odd dims (low / high nibbles: no per-step interleave;
+    measured 1.21-1.46x faster than dequantising in dim order); the halves are interleaved
+    back once, after the last step."""
+    q_e, q_o = _load_q_pairs(q_ptr, row, h, hmask, n_heads, D)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
+    acc_e = tl.zeros([BLOCK_H, D // 2], tl.float32)
+    acc_o = tl.zeros([BLOCK_H, D // 2], tl.float32)
+    rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
+                                  max_pages, D, PAGE, BLOCK_N)
+    packed, sc = _compressed_load_2d(comp_ptr, rec, valid, D, BLOCK_N)
+    rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N, c_hi,
+                                      k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
+    for it in range(C_STEPS):
+        packed_n, sc_n = _compressed_load_2d(comp_ptr, rec_n, valid_n, D, BLOCK_N)
+        rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
+                                            c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
+                                            max_pages, D, PAGE, BLOCK_N)
         k_e, k_o = _compressed_dequant_pairs(packed, sc, D, BLOCK_N)
         m_i, l_i, acc_e, acc_o = _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e,
                                                acc_o, qk_scale * FP4_TILE_SCALE)
-    else:
-        q_e, q_o = _load_q_pairs(q_ptr, row, h, hmask, n_heads, D, BLOCK_H)
-        rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel,
-                                      n_pages, max_pages, D, PAGE, BLOCK_N)
-        packed, sc = _compressed_load_2d(comp_ptr, rec, valid, D)
-        rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N,
-                                          c_hi, k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
-        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
-        acc_e = tl.zeros([BLOCK_H, D // 2], tl.float32)
-        acc_o = tl.zeros([BLOCK_H, D // 2], tl.float32)
-        for it in range(C_STEPS):
-            packed_n, sc_n = _compressed_load_2d(comp_ptr, rec_n, valid_n, D)
-            rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
-                                                c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
-                                                max_pages, D, PAGE, BLOCK_N)
-            k_e, k_o = _compressed_dequant_pairs(packed, sc, D, BLOCK_N)
-            m_i, l_i, acc_e, acc_o = _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e,
-                                                   acc_o, qk_scale * FP4_TILE_SCALE)
-            packed, sc, valid = packed_n, sc_n, valid_n
-            rec_n, valid_n = rec_nn, valid_nn
-        cs, sn = _rope_pairs(cos_ptr, sin_ptr, pos, n_cos, D, R2)  # not held across the loop
-    acc = _rotate_back(acc_e * FP4_TILE_SCALE, acc_o * FP4_TILE_SCALE, cs, sn, BLOCK_H, D)
+        packed, sc, valid = packed_n, sc_n, valid_n
+        rec_n, valid_n = rec_nn, valid_nn
+    acc = tl.reshape(tl.join(acc_e, acc_o), (BLOCK_H, D)) * FP4_TILE_SCALE
     return m_i, tl.sum(l_i, 1), acc
 
 
@@ -538,9 +507,7 @@ def _sparse_attn_kernel(
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, D], tl.float32)
     # Each step issues the next step's loads before its own math (one-step prefetch; for the
-    # compressed keys the index and block-table loads run two steps ahead). The accumulators
-    # come back rotated by the inverse RoPE (linear: the merge of rotated partials is the
-    # rotated merge).
+    # compressed keys the index and block-table loads run two steps ahead).
     if pid_s < N_WSPLIT:
         w_i0 = pid_s * (W_STEPS * BLOCK_N)
         w_hi = tl.minimum(w_i0 + W_STEPS * BLOCK_N, WINDOW)
@@ -548,11 +515,10 @@ def _sparse_attn_kernel(
             m_i, l_i, acc = _window_split_chunks(
                 q_ptr, win_ptr, row, h, hmask, n_heads, w_slot, pos, win_ok, w_i0, w_hi, ring,
                 qk_scale, WINDOW, D, BLOCK_H, BLOCK_N, W_STEPS, DIM_SPLIT)
-            acc = _rotate_dims(acc, cos_ptr, sin_ptr, pos, n_cos, D, R2, BLOCK_H)
         else:
             m_i, l_i, acc = _window_split(
-                q_ptr, win_ptr, cos_ptr, sin_ptr, row, h, hmask, n_heads, w_slot, pos, win_ok,
-                w_i0, w_hi, ring, n_cos, qk_scale, WINDOW, D, R2, BLOCK_H, BLOCK_N, W_STEPS)
+                q_ptr, win_ptr, row, h, hmask, n_heads, w_slot, pos, win_ok, w_i0, w_hi, ring,
+                qk_scale, WINDOW, D, BLOCK_H, BLOCK_N, W_STEPS)
     else:
         if HAS_SEL:
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * BLOCK_N)
@@ -562,17 +528,17 @@ def _sparse_attn_kernel(
                     q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
                     c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
                     C_STEPS, DIM_SPLIT)
-                acc = _rotate_dims(acc, cos_ptr, sin_ptr, pos, n_cos, D, R2, BLOCK_H)
             else:
                 m_i, l_i, acc = _compressed_split_pairs(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, cos_ptr, sin_ptr, row, h, hmask, n_heads,
-                    c_slot, pos, sel_ok, c_0, c_hi, k_sel, n_pages, max_pages, n_cos, qk_scale,
-                    D, R2, PAGE, BLOCK_H, BLOCK_N, C_STEPS)
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_heads, c_slot, sel_ok,
+                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D, PAGE, BLOCK_H, BLOCK_N,
+                    C_STEPS)
 
     if N_SPLIT == 1:
-        sink = _load_sink(sink_ptr, h, hmask, BLOCK_H, HAS_SINK)
-        _finalize(acc, m_i[:, None], l_i[:, None], sink, row, h, hmask, out_ptr, n_heads, 0, D,
-                  D)
+        cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, 0, D, D,
+                                    R2, BLOCK_H, HAS_SINK)
+        _finalize(acc, m_i[:, None], l_i[:, None], sink, cs, sn, row, h, hmask, out_ptr,
+                  n_heads, 0, D, D, BLOCK_H)
     else:
         group = row * n_hb + pid_h
         r = (group * N_SPLIT + pid_s) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -585,40 +551,53 @@ def _sparse_attn_kernel(
             tl.debug_barrier()
             arrived = tl.atomic_add(cnt_ptr + group, 1, sem="acq_rel", scope="gpu")
             if arrived == N_SPLIT - 1:
-                sink = _load_sink(sink_ptr, h, hmask, BLOCK_H, HAS_SINK)
                 for c in range(D // FUSED_DM):  # a loop: one chunk's registers at a time
+                    d0 = c * FUSED_DM
+                    cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos,
+                                                d0, D, FUSED_DM, R2, BLOCK_H, HAS_SINK)
                     part, m_s, l_s = _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr,
-                                                  group * N_SPLIT, c * FUSED_DM, D, FUSED_DM,
-                                                  BLOCK_H, N_SPLIT, NS, ".cg")
+                                                  group * N_SPLIT, d0, D, FUSED_DM, BLOCK_H,
+                                                  N_SPLIT, NS, ".cg")
                     m, l, acc_m = _merge_combine(part, m_s, l_s)
-                    _finalize(acc_m, m, l, sink, row, h, hmask, out_ptr, n_heads, c * FUSED_DM,
-                              D, FUSED_DM)
+                    _finalize(acc_m, m, l, sink, cs, sn, row, h, hmask, out_ptr, n_heads, d0, D,
+                              FUSED_DM, BLOCK_H)
                 tl.atomic_xchg(cnt_ptr + group, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, out_ptr, sink_ptr, n_heads, D: tl.constexpr,
-                  DM: tl.constexpr, BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr,
-                  NS: tl.constexpr, HAS_SINK: tl.constexpr, PDL: tl.constexpr):
+def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, pos_ptr, out_ptr, cos_ptr, sin_ptr, sink_ptr,
+                  n_heads, n_cos, D: tl.constexpr, DM: tl.constexpr, R2: tl.constexpr,
+                  BLOCK_H: tl.constexpr, N_SPLIT: tl.constexpr, NS: tl.constexpr,
+                  HAS_SINK: tl.constexpr, PDL: tl.constexpr):
     """One CTA per (head block, row, DM-dim chunk), DM from ``merge_dims`` (~8K partial values
-    a CTA). Each CTA issues all its loads at once (every split's m, l and acc chunk, one load
-    each, and the sinks), so its time is about one L2 round trip plus the arithmetic, whatever
-    the split count; the partials come rotated back already (no position -> RoPE table
-    chain). PDL: launched as a programmatic dependent of the attention kernel; the sinks are
-    read before griddepcontrol.wait, the partials after."""
+    a CTA). Each CTA issues all its loads at once: the position, RoPE rows and sinks (inputs of
+    the step), then every split's m, l and acc chunk in one 3-d load each; so its time is about
+    one L2 round trip plus the arithmetic, whatever the split count. PDL: launched as a
+    programmatic dependent of the attention kernel; the inputs are read before
+    griddepcontrol.wait, the partials after."""
     pid_h = tl.program_id(0)
     row = tl.program_id(1)
     d0 = tl.program_id(2) * DM
     h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = h < n_heads
     base = (row * tl.num_programs(0) + pid_h) * N_SPLIT
-    sink = _load_sink(sink_ptr, h, hmask, BLOCK_H, HAS_SINK)  # an input of the step
     if PDL:
+        # the step's inputs (not written by the attention kernel) while it still runs
+        pos = tl.load(pos_ptr + row)
+        cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, d0, D, DM,
+                                    R2, BLOCK_H, HAS_SINK)
         gdc_wait()
-    part, m_s, l_s = _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, d0, D, DM, BLOCK_H,
-                                  N_SPLIT, NS, "")
+        part, m_s, l_s = _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, d0, D, DM, BLOCK_H,
+                                      N_SPLIT, NS, "")
+    else:
+        # the partials first: the position -> RoPE row chain overlaps their round trip
+        part, m_s, l_s = _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, d0, D, DM, BLOCK_H,
+                                      N_SPLIT, NS, "")
+        pos = tl.load(pos_ptr + row)
+        cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, d0, D, DM,
+                                    R2, BLOCK_H, HAS_SINK)
     m, l, acc = _merge_combine(part, m_s, l_s)
-    _finalize(acc, m, l, sink, row, h, hmask, out_ptr, n_heads, d0, D, DM)
+    _finalize(acc, m, l, sink, cs, sn, row, h, hmask, out_ptr, n_heads, d0, D, DM, BLOCK_H)
 
 
 def merge_dims(d: int, n_split: int, block_h: int) -> int:
@@ -664,8 +643,9 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     if cfg.n_split > 1 and not cfg.fused_merge:
         dm = merge_dims(d, cfg.n_split, cfg.block_h)
         _merge_kernel[(n_hb, t, d // dm)](
-            ws_acc, ws_m, ws_l, out, sink, n_heads, D=d, DM=dm, BLOCK_H=cfg.block_h,
-            N_SPLIT=cfg.n_split, NS=triton.next_power_of_2(cfg.n_split),
+            ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
+            D=d, DM=dm, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
+            NS=triton.next_power_of_2(cfg.n_split),
             HAS_SINK=sinks is not None, PDL=pdl, num_warps=4,
             **({"launch_pdl": True} if pdl else {}),
         )
