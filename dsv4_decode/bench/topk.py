@@ -188,10 +188,16 @@ def main(argv=None) -> None:
     if picked:
         cells, block_cells = picked, []
     rows: list[Row] = []
-    for r, c, v, k in cells:
-        rows += bench_cell(r, c, v, k, not args.no_baselines)
-    for r, c in block_cells:
-        rows += bench_blocks(r, c)
+    path = None
+    jobs = [lambda r=r, c=c, v=v, k=k: bench_cell(r, c, v, k, not args.no_baselines)
+            for r, c, v, k in cells]
+    jobs += [lambda r=r, c=c: bench_blocks(r, c) for r, c in block_cells]
+    for job in jobs:  # rows printed and appended per cell: a run cut short keeps what it timed
+        res = job()
+        for row in res:
+            print(f"{row.case:50s} {row.impl:14s} {row.us:9.2f} us", flush=True)
+        path = write_rows(res, "topk", args.out)
+        rows += res
     print_table(rows, ["ours", "ours_4launch", "torch", "torch_fp32"])
     print("\nk = 512 against the GB300 goal (* = 1.2x its 524,288-column number):")
     for row in rows:
@@ -213,7 +219,6 @@ def main(argv=None) -> None:
                      (1, 1048576, "all", 2048), (64, 262144, "1/8", 2048),
                      (64, 1048576, "all", 2048)]:
             print("  " + breakdown(*cell))
-    path = write_rows(rows, "topk", args.out)
     print(f"appended {len(rows)} rows to {path}")
 
 
