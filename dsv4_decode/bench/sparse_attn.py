@@ -148,7 +148,8 @@ SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1,
 def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape (session 4; the dim-split and register-capped layouts lost
     everywhere in session 3 and are no longer swept): ``ours`` (the default) with its merge as
-    a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), with other
+    a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), with bf16
+    split partials (``_bf16``: half the partial bytes, for the merge at 32 requests), with other
     step counts (``_steps<n>``: the merge now costs one round trip whatever the split count,
     so more, shorter splits may pay); where the default is the one-step 64-key layout,
     one-step 32-key splits at 8 and 4 warps (20 splits at 512 selected, twice the CTAs), else
@@ -156,7 +157,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     there are >= 32 heads."""
     ours = pick_config(rows, heads, D, WINDOW, SELECTED)
     out = {"ours": ours, "ours_pdl": dataclasses.replace(ours, pdl=True),
-           "ours_fused": dataclasses.replace(ours, fused_merge=True)}
+           "ours_fused": dataclasses.replace(ours, fused_merge=True),
+           "ours_bf16": dataclasses.replace(ours, partials_bf16=True)}
     steps = max(ours.w_steps, ours.c_steps)
     for st in sorted({1, 2, steps // 2, steps * 2} - {0, steps}):
         c = SparseAttnConfig.with_steps(ours.block_h, ours.block_n, st, WINDOW, SELECTED,

@@ -173,23 +173,31 @@ def test_matches_reference(case, device):
 
 
 @pytest.mark.parametrize("variant", ["two_splits", "four_splits_fused", "four_splits_kernel",
-                                     "nine_splits_fused", "nine_splits_kernel"])
+                                     "nine_splits_fused", "nine_splits_kernel",
+                                     "nine_splits_kernel_bf16", "nine_splits_fused_bf16"])
 def test_split_and_merge_variants(variant, device):
     """Both merges, with the split count a power of two and not (9 splits: the merge's
-    all-splits-at-once loads padded to 16, the padding masked)."""
-    n_sel = 128 if variant.startswith("nine") else 40
+    all-splits-at-once loads padded to 16, the padding masked), and bf16 partials."""
+    n_split, *rest = variant.split("_")
+    n_sel = 128 if n_split == "nine" else 40
     inp = Inputs(Case(2, 2, 16, n_sel, window=16, seed=1), device)
-    steps = 4 if variant == "two_splits" else 1  # 1 window + 3 (8) index steps of 16 keys
+    steps = 4 if n_split == "two" else 1  # 1 window + 3 (8) index steps of 16 keys
     cfg = SparseAttnConfig.with_steps(16, 16, steps, 16, n_sel, num_warps=4,
-                                      fused_merge=not variant.endswith("kernel"))
-    assert cfg.n_split == {"two": 2, "four": 4, "nine": 9}[variant.split("_")[0]]
+                                      fused_merge="kernel" not in rest,
+                                      partials_bf16="bf16" in rest)
+    assert cfg.n_split == {"two": 2, "four": 4, "nine": 9}[n_split]
     check(inp, config=cfg)
 
 
-def test_production_dims(device):
-    """D 512 / rope 64 / window 128 (bf16 tiles of 32 x 512, FP4 and FP8 paths, 2 splits)."""
-    check(Inputs(Case(1, 2, 16, 64, head_dim=512, rope_dim=64, window=128, page_size=64),
-                 device))
+@pytest.mark.parametrize("partials", ["fp32", "bf16"])
+def test_production_dims(partials, device):
+    """D 512 / rope 64 / window 128 (bf16 tiles of 32 x 512, FP4 and FP8 paths, 2 splits;
+    the scales read as words), with fp32 and bf16 partials."""
+    inp = Inputs(Case(1, 2, 16, 64, head_dim=512, rope_dim=64, window=128, page_size=64),
+                 device)
+    cfg = dataclasses.replace(pick_config(2, 16, 512, 128, 64, device),
+                              partials_bf16=partials == "bf16")
+    check(inp, config=cfg)
 
 
 PROD_CPU = dict(head_dim=512, rope_dim=64, window=128, page_size=64)
@@ -340,6 +348,17 @@ def test_gpu_layouts(case, layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("case", LAYOUT_CASES[:2] + [Case(32, 6, 16, 512, **PROD)],
+                         ids=lambda c: c.id)
+def test_gpu_partials_bf16(case):
+    """bf16 split partials (the sweep's ``_bf16`` variants) at production shapes."""
+    inp = Inputs(case, torch.device("cuda"))
+    t, h, _ = inp.q.shape
+    check(inp, config=dataclasses.replace(pick_config(t, h, 512, 128, case.n_sel),
+                                          partials_bf16=True))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("case", LAYOUT_CASES[:2], ids=lambda c: c.id)
 def test_gpu_merge_pdl(case):
     """The merge kernel as a programmatic dependent launch (waits for the partials)."""
@@ -436,20 +455,20 @@ PTR = dict(q_ptr="*bf16", win_ptr="*u8", pos_ptr="*i32", slot_ptr="*i32", cos_pt
            cnt_ptr="*i32")
 
 
-def build(fn, const, num_warps):
-    return spill_stores(fn, const, num_warps, PTR, scalar_types={"qk_scale": "fp32"})
+def build(fn, const, num_warps, **ptr):
+    return spill_stores(fn, const, num_warps, {**PTR, **ptr}, scalar_types={"qk_scale": "fp32"})
 
 
 out = {}
 
 
-def main(name, cfg, n_sel, fused, pdl=False):
+def main(name, cfg, n_sel, fused, pdl=False, **ptr):
     const = dict(WINDOW=128, D=512, R2=32, PAGE=64, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
                  W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
                  N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused,
                  DIM_SPLIT=cfg.dim_split, PDL=pdl, NS=triton.next_power_of_2(cfg.n_split),
                  FUSED_DM=K.FUSED_MERGE_DIMS)
-    out[name] = build(K._sparse_attn_kernel, const, cfg.num_warps)
+    out[name] = build(K._sparse_attn_kernel, const, cfg.num_warps, **ptr)
 
 
 # the defaults (pick_config: block_n64 one-step splits at 6 rows x 16 heads, the 4-warp layout
@@ -459,16 +478,22 @@ for rows, heads, n_sel in ((6, 16, 512), (6, 64, 512), (48, 16, 512), (6, 16, 0)
          n_sel, False)
 for n_sel in (512, 0):
     main(f"fused-K{n_sel}", SparseAttnConfig.pick(6, 16, 512, 128, n_sel), n_sel, True)
+for rows in (6, 192):  # bf16 partials (sweep variant) on both default layouts
+    main(f"partials_bf16-{rows}x16", pick_config(rows, 16, 512, 128, 512, "cpu"), 512, False,
+         ws_acc_ptr="*bf16")
 for name, layout in LAYOUTS.items():
     if name != "default":
         main(name, SparseAttnConfig.pick(48, 64, 512, 128, 512, **layout), 512, False,
              pdl=name == "block_n64")
 # the merge at the default splits (10 at 1 x 6, 5 from 4 x 6), 20 (one step a split at 1 request,
 # sweep) with PDL, and 32-head blocks
-for n_split, block_h, pdl in ((10, 16, False), (5, 16, False), (20, 16, True), (10, 32, False)):
+for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp32"),
+                                   (20, 16, True, "*fp32"), (10, 32, False, "*fp32"),
+                                   (5, 16, False, "*bf16")):
     const = dict(D=512, DM=K.merge_dims(512, n_split, block_h), R2=32, BLOCK_H=block_h,
                  N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
-    out[f"merge-{n_split}-h{block_h}-pdl{pdl}"] = build(K._merge_kernel, const, 4)
+    out[f"merge-{n_split}-h{block_h}-pdl{pdl}-{acc[1:]}"] = build(K._merge_kernel, const, 4,
+                                                                  ws_acc_ptr=acc)
 print(json.dumps(out))
 '''
 
@@ -481,7 +506,9 @@ def test_compiles_for_sm90_without_spills():
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
-    # the 4-warp default layout (from 4 requests x 6 rows) sits at the 255-register cap and
-    # spills 16 bytes; it was still the fastest measured there (H200 sweep, session 3)
-    assert spills.pop("default-48x16-K512") <= 16
+    # (the 4-warp default layout, from 4 requests x 6 rows, spilled 16 B until session 4's
+    # scale loads as words; now none)
+    # the bf16-partials sweep variant of the 4-warp layout: 40 B stored before the step loops
+    # and reloaded after them (SASS), none inside
+    assert spills.pop("partials_bf16-192x16") <= 40
     assert spills == {k: 0 for k in spills}, spills

@@ -208,7 +208,7 @@ def _merge_loads(ws_acc_ptr, ws_m_ptr, ws_l_ptr, base, d0, D: tl.constexpr, DM: 
     ok = s < N_SPLIT
     d = d0 + tl.arange(0, DM)[None, :, None]
     part = tl.load(ws_acc_ptr + r.to(tl.int64)[:, None, :] * D + d, mask=ok[:, None, :],
-                   other=0.0, cache_modifier=CACHE)
+                   other=0.0, cache_modifier=CACHE).to(tl.float32)  # fp32 or bf16 partials
     # Without this barrier ptxas issues the m loads first and starts their cross-lane max
     # (waiting for them) before it issues the acc loads: two round trips instead of one.
     tl.debug_barrier()
@@ -542,7 +542,9 @@ def _sparse_attn_kernel(
     else:
         group = row * n_hb + pid_h
         r = (group * N_SPLIT + pid_s) * BLOCK_H + tl.arange(0, BLOCK_H)
-        tl.store(ws_acc_ptr + r.to(tl.int64)[:, None] * D + d[None, :], acc)
+        # the workspace's dtype: fp32, or bf16 (``partials_bf16``: half the partial bytes)
+        tl.store(ws_acc_ptr + r.to(tl.int64)[:, None] * D + d[None, :],
+                 acc.to(ws_acc_ptr.dtype.element_ty))
         tl.store(ws_m_ptr + r, m_i)
         tl.store(ws_l_ptr + r, l_i)
         if FUSED_MERGE:

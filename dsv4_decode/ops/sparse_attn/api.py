@@ -24,7 +24,7 @@ class SparseAttnWorkspace:
     rows: int
     heads: int
     head_dim: int
-    acc: torch.Tensor  # fp32 [rows * head_blocks * n_split * block_h * D]
+    acc: torch.Tensor  # fp32 (bf16: partials_bf16) [rows * head_blocks * n_split * block_h * D]
     m: torch.Tensor  # fp32 [rows * head_blocks * n_split * block_h] (log2 domain)
     l: torch.Tensor  # fp32, same shape as m
     counters: torch.Tensor  # int32 [rows * head_blocks]
@@ -58,7 +58,9 @@ def make_workspace(rows: int, heads: int, head_dim: int, window: int, n_sel: int
     n = groups * cfg.n_split * cfg.block_h if cfg.n_split > 1 else 0
     f32 = dict(dtype=torch.float32, device=device)
     return SparseAttnWorkspace(
-        cfg, rows, heads, head_dim, acc=torch.empty(n * head_dim, **f32),
+        cfg, rows, heads, head_dim,
+        acc=torch.empty(n * head_dim, dtype=torch.bfloat16 if cfg.partials_bf16 else torch.float32,
+                        device=device),
         m=torch.empty(n, **f32), l=torch.empty(n, **f32),
         counters=torch.zeros(groups if cfg.n_split > 1 else 0, dtype=torch.int32, device=device))
 
