@@ -270,14 +270,6 @@ def test_workspace_reuse_and_counters(device):
         inp.positions = inp.positions - step  # earlier positions: smaller windows
 
 
-def _misaligned(t):
-    """A contiguous copy of ``t`` starting one byte past an aligned address."""
-    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
-    out = buf[1:].view(t.shape)
-    out.copy_(t)
-    return out
-
-
 def _bad(inp, **over):
     args = dict(zip(("q", "window_cache", "positions", "row_slots", "cos", "sin"), inp.args(),
                     strict=True))
@@ -302,8 +294,6 @@ def _bad(inp, **over):
     ("dim_split", lambda i: dict(config=SparseAttnConfig.with_steps(16, 16, 1, 8, 4, num_warps=2,
                                                                     dim_split=2)),
      "config: dim_split 2 needs"),
-    ("alignment", lambda i: dict(compressed=_misaligned(i.compressed)),
-     "compressed: needs a 16-byte aligned start"),
 ])
 def test_bad_arguments(name, make, match, device):
     inp = Inputs(Case(1, 1, 4, 4), device)
@@ -506,9 +496,10 @@ def test_compiles_for_sm90_without_spills():
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
-    # (the 4-warp default layout, from 4 requests x 6 rows, spilled 16 B until session 4's
-    # scale loads as words; now none)
-    # the bf16-partials sweep variant of the 4-warp layout: 40 B stored before the step loops
-    # and reloaded after them (SASS), none inside
-    assert spills.pop("partials_bf16-192x16") <= 40
+    # the 4-warp default layout (from 4 requests x 6 rows) sits at the 255-register cap and
+    # spills 16 bytes; it was still the fastest measured there (H200 sweep, session 3). Its
+    # bf16-partials sweep variant spills 84 B. (Session 4's scale loads as words removed both
+    # spills but measured slower on the H200: docs/kernels/sparse_attn.md.)
+    assert spills.pop("default-48x16-K512") <= 16
+    assert spills.pop("partials_bf16-192x16") <= 84
     assert spills == {k: 0 for k in spills}, spills

@@ -28,27 +28,6 @@ FP4_SCALE_2_118: tl.constexpr = tl.constexpr(2.0 ** 118)  # scale x this stays f
 
 
 @triton.jit
-def _bytes_as_words(base_ptr, off, valid, NB: tl.constexpr, WORD: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
-    """The NB bytes at byte offsets ``off`` [BLOCK_N] (word-aligned) -> uint8
-    [BLOCK_N, NB], loaded as NB / size(WORD) words a key and split into bytes in registers.
-    Why: Triton gives each large loaded tile a layout of its own and converts it (shared
-    memory, barriers) right after the load, so the next load waits for this one's round trip;
-    a tile of no more elements than threads (512 B of scales as [64, 4] int32 / int64) is
-    instead loaded in the layout its users need. ptxas (sm_90a, one-step 64-key layout): the
-    window split's scales no longer wait for its codes, and Triton then dequantises the codes
-    once and stages the bf16 keys in shared memory instead of converting the raw bytes into
-    both MMA operand layouts and dequantising twice (window split 2,344 -> ~1,670
-    instructions)."""
-    PER: tl.constexpr = WORD.primitive_bitwidth // 8
-    w_ptr = base_ptr.to(tl.pointer_type(WORD), bitcast=True)
-    w = tl.load(w_ptr + (off // PER)[:, None] + tl.arange(0, NB // PER)[None, :],
-                mask=valid[:, None], other=0)
-    sh = (tl.arange(0, PER) * 8).to(WORD)
-    return tl.reshape((w[:, :, None] >> sh[None, None, :]) & 0xFF, (BLOCK_N, NB)).to(tl.uint8)
-
-
-@triton.jit
 def _window_load(win_ptr, slot, pos, row_ok, i0, i_hi, ring,
                  WINDOW: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr):
     """Raw FP8 records of window keys ``i0 .. i0+BLOCK_N`` (key i = position
@@ -60,12 +39,9 @@ def _window_load(win_ptr, slot, pos, row_ok, i0, i_hi, ring,
     rec = (slot.to(tl.int64) * ring + tl.where(valid, kpos % ring, 0)) * (D + D // 32)
     blk = tl.arange(0, D // 32)
     e = tl.arange(0, 32)
-    if D % 128 == 0:  # records and their scale bytes 4-byte aligned
-        sc = _bytes_as_words(win_ptr, rec + D, valid, D // 32, tl.int32, BLOCK_N)
-    else:
-        sc = tl.load(win_ptr + rec[:, None] + D + blk[None, :], mask=valid[:, None], other=0)
     codes = tl.load(win_ptr + rec[:, None, None] + blk[None, :, None] * 32 + e[None, None, :],
                     mask=valid[:, None, None], other=0)
+    sc = tl.load(win_ptr + rec[:, None] + D + blk[None, :], mask=valid[:, None], other=0)
     return codes, sc, valid
 
 
@@ -98,17 +74,14 @@ def _compressed_addr(idx_ptr, bt_ptr, row, slot, row_ok, c0, c_hi, k_sel, n_page
 
 
 @triton.jit
-def _compressed_load_2d(comp_ptr, rec, valid, D: tl.constexpr, BLOCK_N: tl.constexpr):
+def _compressed_load_2d(comp_ptr, rec, valid, D: tl.constexpr):
     """Raw NVFP4 records -> (packed e2m1 [BLOCK_N, D/2], e4m3 scales [BLOCK_N, D/16]). Loaded
     as a 2-d tile so that the layout runs along the record (16 B per thread) and the bf16 tiles
     derived from it go to shared memory row-major in 16 B stores."""
-    if D % 128 == 0:  # records and their scale bytes 8-byte aligned
-        sc = _bytes_as_words(comp_ptr, rec + D // 2, valid, D // 16, tl.int64, BLOCK_N)
-    else:
-        sc = tl.load(comp_ptr + rec[:, None] + D // 2 + tl.arange(0, D // 16)[None, :],
-                     mask=valid[:, None], other=0)
     packed = tl.load(comp_ptr + rec[:, None] + tl.arange(0, D // 2)[None, :],
                      mask=valid[:, None], other=0)
+    sc = tl.load(comp_ptr + rec[:, None] + D // 2 + tl.arange(0, D // 16)[None, :],
+                 mask=valid[:, None], other=0)
     return packed, sc
 
 
@@ -276,11 +249,11 @@ def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_h
     acc_o = tl.zeros([BLOCK_H, D // 2], tl.float32)
     rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
                                   max_pages, D, PAGE, BLOCK_N)
-    packed, sc = _compressed_load_2d(comp_ptr, rec, valid, D, BLOCK_N)
+    packed, sc = _compressed_load_2d(comp_ptr, rec, valid, D)
     rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N, c_hi,
                                       k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
     for it in range(C_STEPS):
-        packed_n, sc_n = _compressed_load_2d(comp_ptr, rec_n, valid_n, D, BLOCK_N)
+        packed_n, sc_n = _compressed_load_2d(comp_ptr, rec_n, valid_n, D)
         rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
                                             c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
                                             max_pages, D, PAGE, BLOCK_N)

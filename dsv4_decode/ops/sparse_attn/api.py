@@ -100,8 +100,7 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
 
     Args (``T`` rows, ``H`` heads, ``D`` head dim (power of two, >= 32), ``R`` rope dims):
         q: bf16 ``[T, H, D]`` (post-RoPE queries).
-        window_cache: uint8 ``[num_slots, ring, D + D/32]``, ``ring >= window``, 16-byte
-            aligned (the kernel reads the scales as 32-bit words): the record of
+        window_cache: uint8 ``[num_slots, ring, D + D/32]``, ``ring >= window``: the record of
             position ``p`` of slot ``s`` is ``window_cache[s, p % ring]``: bytes ``0..D-1`` e4m3
             codes of dims ``0..D-1``, byte ``D + b`` the ue8m0 scale (``2^(byte-127)``) of dims
             ``32b..32b+31`` (528 B at D = 512; ``engine/cache.py``). The records of all this
@@ -114,8 +113,7 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
             ``cos / sin(p * f_i)`` of pair ``i`` = dims ``(D-R+2i, D-R+2i+1)``.
         window: window length (128 in V4.1; the window includes the current token).
         sinks: fp32 ``[H]`` per-head sink logits, or None (no sink term).
-        compressed: uint8 ``[num_pages, page_size, D/2 + D/16]`` NVFP4 records (16-byte
-            aligned start: the kernel reads the scales as 64-bit words): bytes
+        compressed: uint8 ``[num_pages, page_size, D/2 + D/16]`` NVFP4 records: bytes
             ``0..D/2-1`` packed e2m1 (byte ``k`` = dim ``2k`` low nibble, ``2k+1`` high), byte
             ``D/2 + b`` the e4m3 scale of dims ``16b..16b+15`` (288 B at D = 512).
         block_table: int32 ``[num_slots, max_pages]``: entry ``j`` of slot ``s`` is record
@@ -146,8 +144,6 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
     _need(isinstance(window, int) and window >= 1, f"window: needs an int >= 1, got {window!r}")
     _need(window_cache.shape[1] >= window,
           f"window_cache: ring of {window_cache.shape[1]} records is shorter than window {window}")
-    _need(window_cache.data_ptr() % 16 == 0,
-          f"window_cache: needs a 16-byte aligned start, got address {window_cache.data_ptr()}")
     for name, v in (("positions", positions), ("row_slots", row_slots)):
         _check(name, v, torch.int32, 1, device)
         _need(v.shape[0] == t, f"{name}: needs {t} entries (one per row), got {v.shape[0]}")
@@ -169,8 +165,6 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
         _need(compressed.shape[2] == compressed_record_bytes(d),
               f"compressed: records of {compressed.shape[2]} bytes, head dim {d} needs "
               f"{compressed_record_bytes(d)}")
-        _need(compressed.data_ptr() % 16 == 0,
-              f"compressed: needs a 16-byte aligned start, got address {compressed.data_ptr()}")
         _check("block_table", block_table, torch.int32, 2, device)
         _check("indices", indices, torch.int32, 2, device)
         _need(indices.shape[0] == t, f"indices: needs {t} rows, got {indices.shape[0]}")
