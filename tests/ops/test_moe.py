@@ -126,6 +126,30 @@ def test_route_matches_ref(device, rows, n_exp, top_k):
         assert r.tick.item() == 0
 
 
+@pytest.mark.parametrize("rows,valid", [(6, 4), (3, None)])
+def test_route_rows_bitwise(device, rows, valid):
+    """Each row routes alone exactly as within a batch: the select launch (one CTA a row,
+    6 rows) and the fused 4-row tile (3 rows) against single-row ``route`` (the last logits
+    CTA selects), bitwise ids and weights; the record written from registers (<= 4 rows) or
+    by the last select CTA equals ``build_routing``'s (from the ids in memory), bitwise."""
+    gen = torch.Generator().manual_seed(rows)
+    d, n_exp, k = 256, 40, 6
+    gw, gb = make_router(n_exp, d, device, gen)
+    x = torch.randn(rows, d, generator=gen).to(torch.bfloat16).to(device)
+    vr = None if valid is None else torch.tensor([valid], dtype=torch.int32, device=device)
+    r = route(x, gw, gb, top_k=k, valid_rows=vr)
+    for t in range(rows if valid is None else valid):
+        one = route(x[t:t + 1], gw, gb, top_k=k)
+        assert torch.equal(r.ids[t], one.ids[0]), f"row {t}"
+        assert torch.equal(r.weights[t].view(torch.int32), one.weights[0].view(torch.int32))
+        assert torch.equal(one.entries, build_routing(one.ids, one.weights, n_exp).entries)
+    if valid is not None:
+        assert (r.ids[valid:] == -1).all() and (r.weights[valid:] == 0).all()
+    b = build_routing(r.ids, r.weights, n_exp)
+    assert torch.equal(r.entries, b.entries) and torch.equal(r.tiles, b.tiles)
+    check_record(r)
+
+
 def test_route_ties_and_padding(device):
     """Equal scores pick the lowest ids; rows past valid_rows are padding (-1, weight 0)."""
     d, n_exp = 64, 16
@@ -296,6 +320,9 @@ def test_pick_config_split():
                                   (192, 576, 6), (1, 2304, 6), (6, 2304, 6), (1, 576, 3))}
     assert got == {(1, 576, 6): 8, (6, 576, 6): 8, (12, 576, 6): 1, (48, 576, 6): 1,
                    (192, 576, 6): 1, (1, 2304, 6): 8, (6, 2304, 6): 1, (1, 576, 3): 8}
+    # W2: 32-column tiles at 1 row (measured 37.93 against 39.53 µs), 64 at 6 rows
+    assert pick_config(1, 6, True, 576).down_n == 32
+    assert pick_config(6, 6, True, 576).down_n == 64
     from dsv4_decode.ops.moe.config import ROUND1
     assert pick_config(12, 6, True, 576) == ROUND1  # measured best without the split
     assert pick_config(1, 6, False).up_split == 1
@@ -353,6 +380,25 @@ def test_gpu_route_and_experts(gpu_bank, gpu_prepared, rows, tiles):
     cfg = None if tiles == "default" else MoEConfig(up_split=4, up_stages=3)
     y = run_experts(x, r, experts, config=cfg, prepared=gpu_prepared)
     check_close(y, ref_experts(x, r, experts))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [3, 6, 48])
+def test_gpu_route_rows_bitwise(gpu_bank, rows):
+    """Production router (384 experts, D 5120, top-6): every row of a batch routes bitwise as
+    it does alone (1 row: the last logits CTA selects; 3 rows: the fused 4-row tile; 6 / 48:
+    the select launch, one 8-warp CTA a row), and the record equals ``build_routing``'s."""
+    _, (gw, gb) = gpu_bank
+    gen = torch.Generator().manual_seed(rows + 100)
+    x = torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda()
+    r = route(x, gw, gb, top_k=6)
+    for t in range(rows):
+        one = route(x[t:t + 1], gw, gb, top_k=6)
+        assert torch.equal(r.ids[t], one.ids[0]), f"row {t}"
+        assert torch.equal(r.weights[t].view(torch.int32), one.weights[0].view(torch.int32))
+    b = build_routing(r.ids, r.weights, 384)
+    assert torch.equal(r.entries, b.entries) and torch.equal(r.tiles, b.tiles)
+    check_record(r)
 
 
 @pytest.mark.gpu
@@ -456,8 +502,8 @@ out = {}
 D = 5120
 for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
     cfgs = [("pick", pick_config(rows, 6, True, inter))] + ([("r1", ROUND1)] if rows == 48 else [])
-    if rows == 1:  # the bench's 32-column W2 variant of the few-row grids
-        cfgs.append(("d32", dataclasses.replace(cfgs[0][1], down_n=32)))
+    if rows == 1:  # the bench's other W2 width at 1 row (the default takes 32 columns there)
+        cfgs.append(("d64", dataclasses.replace(cfgs[0][1], down_n=64)))
     for name, cfg in cfgs:
         s = cfg.up_split
         const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.up_n,
@@ -474,14 +520,15 @@ out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
                                                    BLOCK_D=api._COMBINE_BLOCK_D), 4)
 for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: select launch
     r = api.alloc_routing(rows, 6, 384, 16, "cpu")
-    sel = dict(E=384, SPLIT=20, TOP_K=6, K_PAD=8, HAS_VALID=True, **api._record_consts(r))
+    sel = dict(E=384, SPLIT=20, TOP_K=6, HAS_VALID=True, **api._record_consts(r))
     # BLOCK_T 16 (<= 16 rows); the 64 of > 32 rows spills 476 bytes since round 1 (not fixed)
     out[f"logits-{rows}"] = build(K._router_logits_kernel, dict(
         BLOCK_T=16, BLOCK_E=api._ROUTER_BLOCK_E,
         BLOCK_K=api._ROUTER_BLOCK_K, K_CHUNK=api._ROUTER_K_CHUNK, SELECT=rows <= 4,
-        SEL_ROWS=min(4, rows), **sel), 4)
-    if rows > 4:
-        out[f"select-{rows}"] = build(K._router_select_kernel, dict(BLOCK_T=4, **sel), 4)
+        SEL_ROWS=min(4, rows), K_PAD=max(8, 16 // min(4, rows)), **sel), 4)
+    if rows > 4:  # as route launches it: one row a CTA, 8 warps
+        out[f"select-{rows}"] = build(K._router_select_kernel, dict(BLOCK_T=1, K_PAD=8, **sel),
+                                      api._SELECT_WARPS)
 out["record"] = build(K._route_record_kernel, dict(CAP=1152, NP=1024, E_PAD=512, BLOCK_M=16,
                                                     FILL=1024), 8)
 print(json.dumps(out))

@@ -41,9 +41,10 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, bias_ptr, valid_ptr, ids_ptr, 
                           SEL_ROWS: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
                           FILL: tl.constexpr):
-    """Partial logits of K chunk ``pid_s`` -> ``part[pid_s, T, E]``. SELECT (``T <= SEL_ROWS``,
-    one select CTA's rows): the last CTA to arrive (ticket ``tick_ptr``) then does
-    ``_router_select_kernel``'s work (``_select`` + ``_record``): route is one launch."""
+    """Partial logits of K chunk ``pid_s`` -> ``part[pid_s, T, E]``. SELECT (``T <= SEL_ROWS``):
+    the last CTA to arrive (ticket ``tick_ptr``) then selects all T rows (``_select``) and
+    writes the routing record from the ids it holds (``_record_keys``): route is one launch.
+    ``SEL_ROWS * K_PAD >= 16`` (the record's tile)."""
     pid_e = tl.program_id(0)
     pid_s = tl.program_id(1)
     pid_t = tl.program_id(2)
@@ -61,10 +62,12 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, bias_ptr, valid_ptr, ids_ptr, 
     tl.store(part_ptr + (pid_s * T + offs_t[:, None]) * E + offs_e[None, :], acc, mask=mask)
     if SELECT:
         if _last_arrival(tick_ptr, tl.num_programs(0) * tl.num_programs(1)):
-            _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, 0, T, route_scale, E,
-                    SPLIT, TOP_K, K_PAD, SEL_ROWS, E_PAD, HAS_VALID)
-            tl.debug_barrier()  # the ids just stored are visible to the whole CTA
-            _record(ids_ptr, entries_ptr, tiles_ptr, T * TOP_K, CAP, NP, E_PAD, BLOCK_M, FILL)
+            ids, ent = _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, 0, T,
+                               route_scale, E, SPLIT, TOP_K, K_PAD, SEL_ROWS, E_PAD, HAS_VALID)
+            # the record from the ids in registers: no store -> barrier -> L2 reload of them
+            key = tl.where(ids >= 0, ids * NP + ent, E_PAD * NP)  # order-free: one tensor
+            _record_keys(tl.reshape(key, (SEL_ROWS * K_PAD,), can_reorder=True), entries_ptr,
+                         tiles_ptr, CAP, NP, E_PAD, BLOCK_M, FILL)
 
 
 @triton.jit
@@ -74,9 +77,9 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
                           BLOCK_T: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
                           FILL: tl.constexpr):
-    """Grid ``cdiv(T, BLOCK_T)`` (T above one CTA's rows; fewer: the logits kernel's SELECT).
-    ``_select`` of this CTA's rows; the last CTA to arrive (ticket ``tick_ptr``) writes the
-    routing record."""
+    """Grid ``cdiv(T, BLOCK_T)`` (route: BLOCK_T = 1, one CTA per row, above the logits
+    kernel's SELECT rows). ``_select`` of this CTA's rows; the last CTA to arrive (ticket
+    ``tick_ptr``) writes the routing record from the ids in memory (all CTAs' rows)."""
     _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, tl.program_id(0) * BLOCK_T, T,
             route_scale, E, SPLIT, TOP_K, K_PAD, BLOCK_T, E_PAD, HAS_VALID)
     if _last_arrival(tick_ptr, tl.num_programs(0)):
@@ -84,26 +87,40 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
 
 
 @triton.jit
+def _argmax_combine(k1, s1, k2, s2):
+    """(key, sigma) of the larger key: sigma rides along the arg-max reduction."""
+    take = k1 > k2
+    return tl.where(take, k1, k2), tl.where(take, s1, s2)
+
+
+@triton.jit
 def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scale,
             E: tl.constexpr, SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
             BLOCK_T: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr):
     """Rows ``row0 .. row0 + BLOCK_T - 1``: sum of the SPLIT partial logits in chunk order,
-    sqrtsoftplus, biased top-k, weights -> ``ids``, ``wts``.
+    sqrtsoftplus, biased top-k, weights -> ``ids``, ``wts``. Returns ``[BLOCK_T, K_PAD]``
+    tiles (the ids as stored, -1 past TOP_K / T / valid rows; the entry numbers
+    ``t * TOP_K + i``) for the record.
 
     No serial chain of memory round trips: the SPLIT partial loads are unrolled (issued back to
-    back, summed in chunk order: the same fp32 sum as a loop; ``.cg``: other CTAs wrote them),
-    and each arg-max pass is one int64 max over ``(ordered score bits << 32) | (E_PAD - 1 -
-    e)`` (largest score, ties to the lower id) instead of a float max, an index min and a sum
-    (one CTA reduction, not three)."""
+    back, summed in chunk order: the same fp32 sum as a loop; ``.cg``: other CTAs wrote them).
+    Each arg-max pass is one reduction of ``(key, sigma)`` pairs, key = ``(ordered score bits
+    << 32) | (E_PAD - 1 - e)`` (largest score, ties to the lower id; keys are distinct, so the
+    pair is the arg-max's own sigma): one CTA reduction per slot, no gather afterwards. At 1 row
+    a thread holds E_PAD / threads values: the SPLIT loads all fit in registers at once."""
     offs_t = row0 + tl.arange(0, BLOCK_T)
     offs_e = tl.arange(0, E_PAD)
     tmask = offs_t < T
     emask = offs_e < E
     mask = tmask[:, None] & emask[None, :]
     ptrs = part_ptr + offs_t[:, None] * E + offs_e[None, :]
+    parts = ()
+    for s in tl.static_range(SPLIT):
+        parts = parts + (tl.load(ptrs + s * T * E, mask=mask, other=0.0, cache_modifier=".cg"),)
+    tl.debug_barrier()  # pins every load above the first add (else ptxas interleaves them)
     z = tl.zeros((BLOCK_T, E_PAD), dtype=tl.float32)
     for s in tl.static_range(SPLIT):  # fixed order: deterministic logits
-        z += tl.load(ptrs + s * T * E, mask=mask, other=0.0, cache_modifier=".cg")
+        z += parts[s]
     # softplus(z) = max(z, 0) + log1p(exp(-|z|)); log1p by its series where 1 + y rounds.
     y = tl.exp(-tl.abs(z))
     log1p = tl.where(y < 1e-4, y * (1.0 - 0.5 * y), tl.log(1.0 + y))
@@ -116,25 +133,27 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
     bits = score.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed order == float order
     key = (ordered.to(tl.int64) << 32) | (E_PAD - 1 - offs_e)[None, :].to(tl.int64)
-    # One arg-max pass per slot; ids collect in a [BT, K_PAD] tile.
+    # One arg-max pass per slot; ids and their sigmas collect in [BT, K_PAD] tiles.
     kk = tl.arange(0, K_PAD)[None, :]
     ids = tl.full((BLOCK_T, K_PAD), -1, tl.int32)
+    sel = tl.zeros((BLOCK_T, K_PAD), dtype=tl.float32)
     for i in tl.static_range(TOP_K):
-        best = tl.max(key, axis=1)
+        best, s_best = tl.reduce((key, sigma), 1, _argmax_combine)
         key = tl.where(key == best[:, None], -(2**63 - 1), key)  # below every real key
         idx = (E_PAD - 1) - (best & (E_PAD - 1)).to(tl.int32)
         ids = tl.where(kk == i, idx[:, None], ids)
-    # the selected sigmas (exact), normaliser summed in slot order, then the only stores
-    sel = tl.where(kk < TOP_K, tl.gather(sigma, tl.where(kk < TOP_K, ids, 0), 1), 0.0)
+        sel = tl.where(kk == i, s_best[:, None], sel)
+    # normaliser summed in slot order, then the only stores
     total = tl.zeros((BLOCK_T,), dtype=tl.float32)
     for i in tl.static_range(TOP_K):
         total += tl.sum(tl.where(kk == i, sel, 0.0), axis=1)
     norm = route_scale / (total + 1e-20)
     smask = tmask[:, None] & (kk < TOP_K)
-    tl.store(ids_ptr + offs_t[:, None] * TOP_K + kk, tl.where(valid[:, None], ids, -1),
-             mask=smask)
-    tl.store(wts_ptr + offs_t[:, None] * TOP_K + kk,
-             tl.where(valid[:, None], sel * norm[:, None], 0.0), mask=smask)
+    ids = tl.where(valid[:, None] & (kk < TOP_K), ids, -1)
+    ent = offs_t[:, None] * TOP_K + kk
+    tl.store(ids_ptr + ent, ids, mask=smask)
+    tl.store(wts_ptr + ent, tl.where(valid[:, None], sel * norm[:, None], 0.0), mask=smask)
+    return ids, ent
 
 
 @triton.jit
@@ -147,26 +166,36 @@ def _route_record_kernel(ids_ptr, entries_ptr, tiles_ptr, N, CAP: tl.constexpr,
 @triton.jit
 def _record(ids_ptr, entries_ptr, tiles_ptr, N, CAP: tl.constexpr, NP: tl.constexpr,
             E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr):
-    """One CTA. Entry ``n = t*k + i`` (row t, slot i) goes to ``entries[pstart[e] + rank]``
-    where ``e = ids[n]``, ``pstart`` the prefix of the per-expert counts padded to BLOCK_M and
-    ``rank`` its position among the expert's entries in entry order; the rest stays -1.
-    ``tiles[j]`` = the expert of tile j (entries ``j*BLOCK_M ..``), -1 past the last group:
-    every entry writes its tile's expert (equal values where several share a tile; a group's
-    tiles all hold an entry), so the expert kernels find their weights with one load."""
+    """One CTA: ``_record_keys`` of the ``N`` ids in memory (entry ``n`` = ``ids[n]``)."""
     offs = tl.arange(0, NP)
     e = tl.load(ids_ptr + offs, mask=offs < N, other=-1, cache_modifier=".cg")  # other CTAs'
-    valid = e >= 0
+    _record_keys(tl.where(e >= 0, e * NP + offs, E_PAD * NP), entries_ptr, tiles_ptr, CAP, NP,
+                 E_PAD, BLOCK_M, FILL)
+
+
+@triton.jit
+def _record_keys(key, entries_ptr, tiles_ptr, CAP: tl.constexpr, NP: tl.constexpr,
+                 E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr):
+    """One CTA. ``key`` (1-D, any order, length a power of two >= 16): ``e * NP + n`` for
+    entry ``n < NP`` (row t, slot i: ``n = t*k + i``) routed to expert ``e``, ``E_PAD * NP``
+    for none. Entry n goes to ``entries[pstart[e] + rank]`` where ``pstart`` is the prefix of
+    the per-expert counts padded to BLOCK_M and ``rank`` its position among the expert's
+    entries in entry order; the rest stays -1. ``tiles[j]`` = the expert of tile j (entries
+    ``j*BLOCK_M ..``), -1 past the last group: every entry writes its tile's expert (equal
+    values where several share a tile; a group's tiles all hold an entry), so the expert
+    kernels find their weights with one load."""
+    valid = key < E_PAD * NP
     for c in range(0, CAP, FILL):
         offs_f = c + tl.arange(0, FILL)
         tl.store(entries_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP)
         tl.store(tiles_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP // BLOCK_M)
-    cnt = tl.histogram(tl.where(valid, e, 0), E_PAD, mask=valid)
+    cnt = tl.histogram(tl.where(valid, key // NP, 0), E_PAD, mask=valid)
     padded = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     shift = (tl.cumsum(padded, 0) - padded) - (tl.cumsum(cnt, 0) - cnt)
-    key = tl.sort(tl.where(valid, e * NP + offs, E_PAD * NP))
+    key = tl.sort(key)  # the valid keys first, in (expert, entry) order
     kvalid = key < E_PAD * NP
     ke = tl.where(kvalid, key // NP, 0)
-    dest = offs + tl.gather(shift, ke, 0)  # in registers: no store / barrier / load round trip
+    dest = tl.arange(0, key.shape[0]) + tl.gather(shift, ke, 0)  # in registers
     tl.debug_barrier()  # the -1 fills are done before any thread writes over them
     tl.store(entries_ptr + dest, key % NP, mask=kvalid)
     tl.store(tiles_ptr + dest // BLOCK_M, ke, mask=kvalid)

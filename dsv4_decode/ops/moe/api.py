@@ -3,8 +3,8 @@
 Public entry points:
 
 - ``route(x, gate_weight, gate_bias, top_k=6, route_scale=1.5)`` -> ``Routing``
-  (2 launches: split-K logits; select, whose last CTA writes the routing record; 1 up to 4
-  rows: the last logits CTA selects and writes the record);
+  (2 launches: split-K logits; select, one CTA per row, whose last CTA writes the routing
+  record; 1 up to 4 rows: the last logits CTA selects and writes the record);
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
 - ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
   time: checks, and repacks the MXFP4 nibbles for the kernels);
@@ -33,6 +33,7 @@ _ROUTER_BLOCK_E = 64
 _ROUTER_K_CHUNK = 256
 _ROUTER_BLOCK_K = 128
 _SELECT_ROWS = 4
+_SELECT_WARPS = 8
 _COMBINE_BLOCK_D = 1024
 
 
@@ -173,20 +174,25 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     _check_out_routing(out, t, top_k, e, d)
     split = out.logits.shape[0]
     block_t = min(64, _np2(max(t, 16)))
-    select = t <= _SELECT_ROWS  # one select CTA's rows: the last logits CTA selects (1 launch)
+    select = t <= _SELECT_ROWS  # the last logits CTA selects all rows (1 launch)
     sel_rows = min(_SELECT_ROWS, _np2(t))  # 1 row: a [1, E] tile, 4x less per thread
-    sel = dict(SPLIT=split, TOP_K=top_k, K_PAD=_np2(top_k),
-               HAS_VALID=valid_rows is not None, **_record_consts(out), num_warps=4)
+    sel = dict(SPLIT=split, TOP_K=top_k, HAS_VALID=valid_rows is not None,
+               **_record_consts(out))
     valid = valid_rows if valid_rows is not None else out.ids
     K._router_logits_kernel[(triton.cdiv(e, _ROUTER_BLOCK_E), split, triton.cdiv(t, block_t))](
         x, gate_weight, out.logits, gate_bias, valid, out.ids, out.weights, out.entries,
         out.tiles, out.tick, t, d, x.stride(0), float(route_scale), E=e, BLOCK_T=block_t,
         BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K, K_CHUNK=_ROUTER_K_CHUNK,
-        SELECT=select, SEL_ROWS=sel_rows, **sel)
+        SELECT=select, SEL_ROWS=sel_rows, K_PAD=max(_np2(top_k), 16 // sel_rows), **sel,
+        num_warps=4)
     if not select:
-        K._router_select_kernel[(triton.cdiv(t, sel_rows),)](
+        # One CTA of 8 warps per row: [1, E] tiles of 2 values a thread, so ptxas keeps all
+        # SPLIT partial loads in flight at once (4 rows x 4 warps: 16 values a thread, loads
+        # interleaved with the adds, ~10 dependent L2 round trips; docs/kernels/moe.md).
+        K._router_select_kernel[(t,)](
             out.logits, gate_bias, valid, out.ids, out.weights, out.entries, out.tiles,
-            out.tick, t, float(route_scale), E=e, BLOCK_T=sel_rows, **sel)
+            out.tick, t, float(route_scale), E=e, BLOCK_T=1, K_PAD=_np2(top_k), **sel,
+            num_warps=_SELECT_WARPS)
     return out
 
 

@@ -70,10 +70,15 @@ def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
     (1 and 6 rows at TP=4, 1 row at TP=1, draft 1 and 6 rows: 45.6 against 75.5 µs at 1 row
     TP=4); everywhere else ``ROUND1`` (K steps of 256, compiler's registers) beat both the
     split-4 and the unsplit 128-step configs by 5-12 % (12 rows TP=4: 147.6 against 155.2 µs;
-    48 rows: 347.9 against 400.6), so it is the default there."""
+    48 rows: 347.9 against 400.6), so it is the default there.
+    W2 at 1 row: 32-column tiles (``down_n=32``: 1120 CTAs of 32 x I instead of 560 of 64 x I,
+    ~8 a SM instead of ~4, so more HBM requests in flight in the one wave). Measured on the
+    H200 at 0e9b594 (bench ``ours-d32``, 1 row TP=4): 37.93 against 39.53 µs a layer; at 6
+    rows (~3000 CTAs of 64 columns already) it lost, 110.92 against 107.00, so 64 there.
+    Applied to every 1-row split config (TP=1 and the draft layer were not measured)."""
     if not on_gpu:
         return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4, up_maxnreg=0)
     ctas = (rows * top_k + -(-rows // 16)) * -(-inter // 32)
     if 8 * ctas <= 2 * _TARGET_UP_CTAS and hidden % (128 * 8) == 0:
-        return MoEConfig(up_split=8, up_stages=3)
+        return MoEConfig(up_split=8, up_stages=3, down_n=32 if rows == 1 else 64)
     return ROUND1
