@@ -87,10 +87,16 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
 
 
 @triton.jit
-def _argmax_combine(k1, s1, k2, s2):
-    """(key, sigma) of the larger key: sigma rides along the arg-max reduction."""
-    take = k1 > k2
-    return tl.where(take, k1, k2), tl.where(take, s1, s2)
+def _top2_combine(a1, sa1, a2, sa2, b1, sb1, b2, sb2):
+    """The top two (key, sigma) pairs of two descending top-two lists: the larger head, then
+    the larger of the loser's head and the winner's second. Keys are distinct (the
+    sentinels aside, never picked), so the merge is associative and commutative."""
+    a_wins = a1 > b1
+    c = tl.where(a_wins, b1, a1)  # the loser's head
+    d = tl.where(a_wins, a2, b2)  # the winner's second
+    c_wins = c > d
+    return (tl.where(a_wins, a1, b1), tl.where(a_wins, sa1, sb1), tl.where(c_wins, c, d),
+            tl.where(c_wins, tl.where(a_wins, sb1, sa1), tl.where(a_wins, sa2, sb2)))
 
 
 @triton.jit
@@ -104,10 +110,11 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
 
     No serial chain of memory round trips: the SPLIT partial loads are unrolled (issued back to
     back, summed in chunk order: the same fp32 sum as a loop; ``.cg``: other CTAs wrote them).
-    Each arg-max pass is one reduction of ``(key, sigma)`` pairs, key = ``(ordered score bits
-    << 32) | (E_PAD - 1 - e)`` (largest score, ties to the lower id; keys are distinct, so the
-    pair is the arg-max's own sigma): one CTA reduction per slot, no gather afterwards. At 1 row
-    a thread holds E_PAD / threads values: the SPLIT loads all fit in registers at once."""
+    Each pass is one CTA reduction of the top two ``(key, sigma)`` pairs, key = ``(ordered
+    score bits << 32) | (E_PAD - 1 - e)`` (largest score, ties to the lower id; keys are
+    distinct, so each pair carries its own sigma: no gather afterwards): ceil(k/2) CTA
+    reductions, not k. At 1 row a thread holds E_PAD / threads values: the SPLIT loads all fit
+    in registers at once."""
     offs_t = row0 + tl.arange(0, BLOCK_T)
     offs_e = tl.arange(0, E_PAD)
     tmask = offs_t < T
@@ -133,16 +140,21 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
     bits = score.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed order == float order
     key = (ordered.to(tl.int64) << 32) | (E_PAD - 1 - offs_e)[None, :].to(tl.int64)
-    # One arg-max pass per slot; ids and their sigmas collect in [BT, K_PAD] tiles.
+    # One pass per two slots; ids and their sigmas collect in [BT, K_PAD] tiles.
     kk = tl.arange(0, K_PAD)[None, :]
     ids = tl.full((BLOCK_T, K_PAD), -1, tl.int32)
     sel = tl.zeros((BLOCK_T, K_PAD), dtype=tl.float32)
-    for i in tl.static_range(TOP_K):
-        best, s_best = tl.reduce((key, sigma), 1, _argmax_combine)
-        key = tl.where(key == best[:, None], -(2**63 - 1), key)  # below every real key
-        idx = (E_PAD - 1) - (best & (E_PAD - 1)).to(tl.int32)
-        ids = tl.where(kk == i, idx[:, None], ids)
-        sel = tl.where(kk == i, s_best[:, None], sel)
+    none = tl.full((BLOCK_T, E_PAD), -(2**63), tl.int64)  # below every key, masked ones too
+    for i in tl.static_range(0, TOP_K, 2):
+        k1, s1, k2, s2 = tl.reduce((key, sigma, none, tl.zeros_like(sigma)), 1, _top2_combine)
+        # picked keys drop below every real key (-inf scores included)
+        key = tl.where((key == k1[:, None]) | (key == k2[:, None]), -(2**63 - 1), key)
+        ids = tl.where(kk == i, ((E_PAD - 1) - (k1 & (E_PAD - 1)).to(tl.int32))[:, None], ids)
+        sel = tl.where(kk == i, s1[:, None], sel)
+        if i + 1 < TOP_K:
+            ids = tl.where(kk == i + 1, ((E_PAD - 1) - (k2 & (E_PAD - 1)).to(tl.int32))[:, None],
+                           ids)
+            sel = tl.where(kk == i + 1, s2[:, None], sel)
     # normaliser summed in slot order, then the only stores
     total = tl.zeros((BLOCK_T,), dtype=tl.float32)
     for i in tl.static_range(TOP_K):
