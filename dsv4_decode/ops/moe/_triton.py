@@ -202,8 +202,8 @@ def _record_keys(key, entries_ptr, tiles_ptr, CAP: tl.constexpr, NP: tl.constexp
         tl.store(entries_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP)
         tl.store(tiles_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP // BLOCK_M)
     cnt = tl.histogram(tl.where(valid, key // NP, 0), E_PAD, mask=valid)
-    padded = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    shift = (tl.cumsum(padded, 0) - padded) - (tl.cumsum(cnt, 0) - cnt)
+    pad = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M - cnt  # each group's -1 padding
+    shift = tl.cumsum(pad, 0) - pad  # = padded prefix - count prefix: one scan, not two
     key = tl.sort(key)  # the valid keys first, in (expert, entry) order
     kvalid = key < E_PAD * NP
     ke = tl.where(kvalid, key // NP, 0)
