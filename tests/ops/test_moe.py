@@ -262,9 +262,9 @@ def test_deterministic_and_workspace(device, cpu_experts):
         moe_experts(x, r, prepared, workspace=ws, config=cfg)
 
 
-@pytest.mark.parametrize("rows,split", [(4, 4), (17, 2)])
+@pytest.mark.parametrize("rows,split", [(3, 4), (17, 2)])
 def test_ticket_epilogues_reset(device, cpu_experts, rows, split):
-    """Last-arriving-CTA epilogues (split-K SwiGLU; the combine on W2's last CTAs at <= 16
+    """Last-arriving-CTA epilogues (split-K SwiGLU; the combine on W2's last CTAs at <= 3
     rows, the combine launch above): one workspace reused across calls gives what a fresh one
     gives, bitwise, and every ticket counter is back at zero after each call."""
     gen = torch.Generator().manual_seed(rows)
@@ -449,8 +449,9 @@ def test_gpu_block16():
 @pytest.mark.parametrize("rows", [1, 6, 12, 48])
 def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
     """Capture route + experts once; 500 replays alternating two inputs equal eager bitwise
-    (1-6 rows: the split-K SwiGLU and the combine on W2's last CTAs, 12 rows: the combine there
-    without a split, 48 rows: the combine launch); the ticket counters end at zero."""
+    (1 row: the split-K SwiGLU and the combine on W2's last CTAs, 6 rows: the split-K SwiGLU
+    and the combine launch, 12 / 48 rows: the combine launch); the ticket counters end at
+    zero."""
     _, (gw, gb) = gpu_bank
     experts = gpu_prepared
     gen = torch.Generator().manual_seed(13)
@@ -510,9 +511,9 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
                      BLOCK_K=api._k_step(cfg.up_k, D // s), SPLIT=s, INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
-        if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 16 rows), without
+        if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without
             const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.down_n,
-                         BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 16,
+                         BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 3,
                          INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
                                                          cfg.num_warps, cfg.num_stages)

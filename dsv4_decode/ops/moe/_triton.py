@@ -1,22 +1,23 @@
 """Triton kernels of the MoE op (private; the contract is in ``api.py``).
 
-Four launches per MoE layer up to 16 rows, five above, all with grids fixed by the shapes
-(graph-safe, idle CTAs exit):
+Three launches per MoE layer up to 3 rows (route 1, experts 2), four at 4 rows, five above,
+all with grids fixed by the shapes (graph-safe, idle CTAs exit):
 
 1. ``_router_logits_kernel``  split-K partial logits ``[S, T, E]`` fp32 (bf16 tensor-core dot);
-2. ``_router_select_kernel``  sums the S partials in order, sqrtsoftplus, biased top-k, weights;
-                              its last CTA (the one CTA up to 4 rows) writes the routing record
-                              (``_record``: the ``T*k`` (expert, entry) keys sorted, entries
-                              grouped by expert, each group padded to ``BLOCK_M``, and each
-                              tile's expert); ``_route_record_kernel`` is the record alone
-                              (``build_routing``);
+2. ``_router_select_kernel``  one CTA a row: sums the S partials in order, sqrtsoftplus,
+                              biased top-k, weights; its last CTA writes the routing record
+                              (``_record_keys``: the ``T*k`` (expert, entry) keys sorted,
+                              entries grouped by expert, each group padded to ``BLOCK_M``, and
+                              each tile's expert); up to 4 rows the last logits CTA does all of
+                              it instead (no launch); ``_route_record_kernel`` is the record
+                              alone (``build_routing``);
 3. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
                               (split K: fp32 partials; the last-arriving chunk CTA of each
                               (tile, n block) sums them in chunk order and applies the SwiGLU);
-4. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``; at T <= BLOCK_M the
+4. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``; up to 3 rows the
                               last-arriving CTA of each D column block also does 5 for it;
 5. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order
-                              (T > BLOCK_M only).
+                              (above 3 rows).
 
 No float atomics anywhere: every output element is written by one CTA with a fixed reduction
 order, so replays are bitwise identical. The "last-arriving CTA" is decided by an int32 ticket
@@ -424,9 +425,9 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
                      BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
-    first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``): the last CTA of
-    the column block to arrive (ticket ``tick[pid_n]``, every tile counts, idle ones too) does
-    ``_moe_combine_kernel``'s work for it (``_combine_rows``)."""
+    first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``; the api sets it
+    up to 3 rows): the last CTA of the column block to arrive (ticket ``tick[pid_n]``, every
+    tile counts, idle ones too) does ``_moe_combine_kernel``'s work for it (``_combine_rows``)."""
     pid_m = tl.program_id(1)
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -8,7 +8,7 @@ Public entry points:
 - ``build_routing(ids, weights, n_experts)`` -> ``Routing`` from given ids (1 launch);
 - ``prepare_moe_weights(w13, w13_scales, w2, w2_scales, shared)`` -> ``MoEWeights`` (load
   time: checks, and repacks the MXFP4 nibbles for the kernels);
-- ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (2 launches up to 16 rows: W1|W3 +
+- ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (2 launches up to 3 rows: W1|W3 +
   SwiGLU, W2 + combine; 3 above: + the combine launch);
 - ``alloc_routing`` / ``alloc_moe_workspace`` (buffers for graph capture).
 
@@ -35,6 +35,11 @@ _ROUTER_BLOCK_K = 128
 _SELECT_ROWS = 4
 _SELECT_WARPS = 8
 _COMBINE_BLOCK_D = 1024
+# Rows up to which W2's last CTA per column block does the combine. Measured on the H200 at
+# 0e9b594 (profiler, TP=4): W2 + its combine 11.87 µs against 10.11 + 2.27 (launch) at 1 row,
+# 32.45 against 27.33 + 2.72 at 6 rows: the fused sum costs ~1.76 + 0.67 (T - 1) µs on W2's
+# tail, the launch ~2.3-2.7 µs + ~0.7 µs of idle gap, even at T ~ 3.
+_COMBINE_FUSED_ROWS = 3
 
 
 def _np2(n: int) -> int:
@@ -457,9 +462,9 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
         BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **up_launch)
-    # The rule: the combine rides on W2's last CTA per column block while all rows fit one
-    # tile (its sum is one round of loads); above, a launch of T x D/1024 CTAs does it.
-    combine = t <= cfg.block_m
+    # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
+    # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
+    combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)
     K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), m_tiles)](
         workspace.h, routing.entries, routing.tiles, w.w2, w.w2_scales, sw2, ss2, workspace.part,
         routing.ids, routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
