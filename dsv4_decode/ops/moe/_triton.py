@@ -109,13 +109,14 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
     tiles (the ids as stored, -1 past TOP_K / T / valid rows; the entry numbers
     ``t * TOP_K + i``) for the record.
 
-    No serial chain of memory round trips: the SPLIT partial loads are unrolled (issued back to
-    back, summed in chunk order: the same fp32 sum as a loop; ``.cg``: other CTAs wrote them).
-    Each pass is one CTA reduction of the top two ``(key, sigma)`` pairs, key = ``(ordered
-    score bits << 32) | (E_PAD - 1 - e)`` (largest score, ties to the lower id; keys are
-    distinct, so each pair carries its own sigma: no gather afterwards): ceil(k/2) CTA
-    reductions, not k. At 1 row a thread holds E_PAD / threads values: the SPLIT loads all fit
-    in registers at once."""
+    No serial chain of memory round trips: the SPLIT partial loads (``.cg``: other CTAs wrote
+    them) are all issued before a CTA barrier and summed after it in chunk order (the same fp32
+    sum as a loop); without the barrier, or with more values a thread than registers allow,
+    ptxas interleaves them with the adds (one L2 round trip each). Each pass is one CTA
+    reduction of the top two ``(key, sigma)`` pairs, key = ``(ordered score bits << 32) |
+    (E_PAD - 1 - e)`` (largest score, ties to the lower id; keys are distinct, so each pair
+    carries its own sigma: no gather afterwards): ceil(k/2) CTA reductions, not k. At 1 row a
+    thread holds E_PAD / threads values: the SPLIT loads all fit in registers at once."""
     offs_t = row0 + tl.arange(0, BLOCK_T)
     offs_e = tl.arange(0, E_PAD)
     tmask = offs_t < T
