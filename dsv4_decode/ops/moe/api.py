@@ -184,16 +184,19 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     sel = dict(SPLIT=split, TOP_K=top_k, HAS_VALID=valid_rows is not None,
                **_record_consts(out))
     valid = valid_rows if valid_rows is not None else out.ids
+    # <= 4 rows: 8 warps for the select in the last CTA (a shorter dependent chain: 2 values a
+    # thread at 1 row); the logits keep their bits (each element is the same chain of
+    # m16n8k16 MMAs in K order at 4 or 8 warps)
     K._router_logits_kernel[(triton.cdiv(e, _ROUTER_BLOCK_E), split, triton.cdiv(t, block_t))](
         x, gate_weight, out.logits, gate_bias, valid, out.ids, out.weights, out.entries,
         out.tiles, out.tick, t, d, x.stride(0), float(route_scale), E=e, BLOCK_T=block_t,
         BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K, K_CHUNK=_ROUTER_K_CHUNK,
         SELECT=select, SEL_ROWS=sel_rows, K_PAD=max(_np2(top_k), 16 // sel_rows), **sel,
-        num_warps=4)
+        num_warps=_SELECT_WARPS if select else 4)
     if not select:
         # One CTA of 8 warps per row: [1, E] tiles of 2 values a thread, so ptxas keeps all
         # SPLIT partial loads in flight at once (4 rows x 4 warps: 16 values a thread, loads
-        # interleaved with the adds, ~10 dependent L2 round trips; docs/kernels/moe.md).
+        # interleaved with the adds, ~6 dependent L2 round trips; docs/kernels/moe.md).
         K._router_select_kernel[(t,)](
             out.logits, gate_bias, valid, out.ids, out.weights, out.entries, out.tiles,
             out.tick, t, float(route_scale), E=e, BLOCK_T=1, K_PAD=_np2(top_k), **sel,
