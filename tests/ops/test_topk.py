@@ -452,7 +452,4 @@ def test_compiles_for_sm90_without_spills():
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
-    # the k = 512 select (8 warps, 1,024-slot tile) spills 4 bytes since the buffer entries
-    # carry span and rank (session 3); everything else none
-    assert spills.pop("select-k512-b1") <= 4
     assert spills == {k: 0 for k in spills}, spills
