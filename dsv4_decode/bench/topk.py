@@ -113,21 +113,6 @@ def _unfused(case, xs, lens, out, ws, k, floor) -> Row:
         x.view(torch.int16), lens, out, ws, ws.cfg, k, fuse=False), xs), floor)
 
 
-def breakdown(rows: int, cols: int, valid: str, k: int) -> str:
-    """Cumulative µs after each kernel (where the time goes); on fused grids the threshold is
-    inside kernel 1, so the second number equals the first."""
-    from dsv4_decode.ops.topk import _triton
-
-    xs, lens, _ = _inputs(rows, cols, valid)
-    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
-    ws = make_topk_workspace(rows, k, "cuda")
-    times = [_timed(lambda x, s=s: _triton.launch(x.view(torch.int16), lens, out, ws, ws.cfg, k,
-                                                  stages=s), xs) for s in (1, 2, 3, 4)]
-    cnt = ws.cnt.float().mean().item()
-    return (f"rows={rows} cols={cols} valid={valid} k={k}: cumulative µs "
-            + " / ".join(f"{t:.1f}" for t in times) + f"  (mean candidates {cnt:.0f})")
-
-
 KERNEL_CELLS = [(1, 65536, "all", 512), (24, 65536, "all", 512), (1, 1048576, "all", 512),
                 (12, 1048576, "all", 512), (64, 1048576, "all", 512)]
 
@@ -152,8 +137,6 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="dsv4-decode bench topk", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(RESULTS_DIR), help="CSV folder (appends topk.csv)")
     p.add_argument("--quick", action="store_true", help="a few cells only")
-    p.add_argument("--breakdown", action="store_true",
-                   help="also print the cumulative time after each kernel for a few cells")
     p.add_argument("--no-baselines", action="store_true", help="skip torch.topk baselines")
     p.add_argument("--cells", default=None,
                    help="comma-separated rows x cols x valid x k cells, e.g. 1x65536xallx512,"
@@ -209,16 +192,6 @@ def main(argv=None) -> None:
                 else GOAL[(c, f["valid"])][ROWS.index(r)] if r in ROWS else None)
         if goal:
             print(f"  {row.case:50s} ours {row.us:7.1f}  goal {goal:5.1f}  x{row.us / goal:4.2f}")
-    if args.breakdown:
-        print("\nper-kernel breakdown (group max / threshold / collect / select):")
-        for cell in [(1, 65536, "all", 512), (1, 1048576, "all", 512),
-                     (6, 1048576, "all", 512), (12, 1048576, "all", 512),
-                     (24, 1048576, "all", 512), (64, 1048576, "all", 512),
-                     (64, 524288, "all", 512), (24, 1048576, "1/8", 512),
-                     (64, 1048576, "1/8", 512), (64, 65536, "all", 512),
-                     (1, 1048576, "all", 2048), (64, 262144, "1/8", 2048),
-                     (64, 1048576, "all", 2048)]:
-            print("  " + breakdown(*cell))
     print(f"appended {len(rows)} rows to {path}")
 
 

@@ -551,16 +551,15 @@ LIST_PROGRAMS = 64
 LIST_REGION = 2048
 
 
-def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = True) -> None:
+def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True) -> None:
     """Run the kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
 
     ``fuse`` (default): for k <= 512 on grids of < 1,024 group-maxima programs (unfolded,
     R = 1: the latency-bound cells) the threshold runs in the last group-maxima program of
     each row, three launches; elsewhere, or with ``fuse=False`` (round 1's path, kept for the
     benchmark's comparison), a separate threshold launch: the fused code's registers
-    (~80-150 a thread) would cut the CTAs per SM of the bandwidth-bound pass. ``stages < 4``
-    stops after kernel 1 (group maxima, + threshold when fused), 2 (threshold) or 3
-    (collect): the benchmark's per-kernel breakdown.
+    (~80-150 a thread) would cut the CTAs per SM of the bandwidth-bound pass. Per-kernel
+    times: ``bench topk --kernels`` (profiler).
     """
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.chunk)
@@ -578,21 +577,19 @@ def launch(x16, lengths, out, ws, cfg, k: int, stages: int = 4, fuse: bool = Tru
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
-    if stages >= 2 and not fuse:
+    if not fuse:
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
             ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
             num_warps=8, **spans, **common)
-    if stages >= 3:
-        _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
-            x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
-            stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
-            stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-            P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=4, **regions, **common)
-    if stages >= 4:
-        _select_kernel[(rows,)](
-            x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
-            stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
-            stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, BLOCK=cfg.block,
-            NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap,
-            SCAN=2048 // cfg.block, num_warps=8, **regions)
+    _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
+        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
+        stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
+        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
+        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=4, **regions, **common)
+    _select_kernel[(rows,)](
+        x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
+        stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
+        stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, BLOCK=cfg.block,
+        NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap,
+        SCAN=2048 // cfg.block, num_warps=8, **regions)
