@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# scripts/ncu_probe.sh OUT — Nsight Compute reports of the kernels that bound the benchmarks
+# (scripts/ncu_cases.py runs each case): occupancy, issue, warp stall reasons and the SASS lines
+# that stall, as text in OUT. Clocks are left alone (--clock-control none, METHOD.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-results}"
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+sections="--section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis"
+probe() {  # name kernel-regex skip count case...
+  local name=$1 kre=$2 skip=$3 count=$4
+  shift 4
+  timeout 240 ncu --clock-control none -k "regex:$kre" --launch-skip "$skip" \
+    --launch-count "$count" $sections -o "$out/$name" -f python3 scripts/ncu_cases.py "$@" \
+    > "$out/$name.run.txt" 2>&1
+  ncu -i "$out/$name.ncu-rep" --page details > "$out/$name.details.txt" 2>&1
+  ncu -i "$out/$name.ncu-rep" --page source --csv --print-source sass > "$out/$name.sass.csv" 2>&1
+  rm -f "$out/$name.ncu-rep"
+  tail -3 "$out/$name.run.txt"
+}
+for c in ${PROBES:-sparse32x6 sparse1x6 moe48 moe6 moe1}; do
+  case $c in
+    sparse32x6) probe sparse32x6 _sparse_attn_kernel 3 1 sparse_attn 32x6x16 ;;
+    sparse1x6) probe sparse1x6 "_sparse_attn_kernel|_merge_kernel" 6 2 sparse_attn 1x6x16 ;;
+    moe48) probe moe48 "_moe_(up|down)_kernel" 6 2 moe 48 ;;
+    moe6) probe moe6 "_moe_(up|down)_kernel|_router" 12 4 moe 6 ;;
+    moe1) probe moe1 "_moe_(up|down)_kernel|_router" 9 3 moe 1 ;;
+  esac
+done
