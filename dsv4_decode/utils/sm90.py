@@ -18,13 +18,15 @@ import tempfile
 
 def spill_stores(fn, const: dict, num_warps: int, ptr_types: dict[str, str], *,
                  default_ptr: str | None = None, scalar_types: dict[str, str] | None = None,
-                 num_stages: int = 1, maxnreg: int = 0) -> int:
+                 num_stages: int = 1, maxnreg: int = 0, divisible: tuple[str, ...] = ()) -> int:
     """Bytes of register spill stores of ``fn`` (a ``@triton.jit`` function) compiled for
     sm_90a with the constexprs ``const``.
 
     Argument types: names in ``ptr_types`` take that pointer type (16-byte aligned), other
     ``*_ptr`` names ``default_ptr`` when given, names in ``const`` are constexprs, names in
-    ``scalar_types`` take that type, everything else ``i32``."""
+    ``scalar_types`` take that type, everything else ``i32``. Integer arguments named in
+    ``divisible`` are multiples of 16 (Triton specializes an integer argument that is one at
+    launch, e.g. a row stride of 5120, and the code it runs assumes it)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -42,7 +44,7 @@ def spill_stores(fn, const: dict, num_warps: int, ptr_types: dict[str, str], *,
 
     sig = {n: arg_type(n) for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if sig[n].startswith("*")}
+             if sig[n].startswith("*") or n in divisible}
     opts = {"num_warps": num_warps, "num_stages": num_stages}
     if maxnreg:
         opts["maxnreg"] = maxnreg
