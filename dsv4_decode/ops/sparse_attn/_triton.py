@@ -59,18 +59,42 @@ def _window_dequant_pairs(codes, sc, D: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _compressed_index(idx_ptr, row, c0, c_hi, k_sel, BLOCK_N: tl.constexpr):
+    """Index-list columns ``c0 .. c0+BLOCK_N`` of ``row`` (columns >= c_hi read as -1) -> int32
+    [BLOCK_N]. The row's list is read whatever its slot (it is valid memory for every row), so
+    this load does not wait for the slot's."""
+    c = c0 + tl.arange(0, BLOCK_N)
+    return tl.load(idx_ptr + row.to(tl.int64) * k_sel + c, mask=c < c_hi, other=-1)
+
+
+@triton.jit
+def _compressed_page(bt_ptr, j, slot, sel_ok, max_pages, PAGE: tl.constexpr):
+    """Block-table entries of the index values ``j`` (``_compressed_index``): -1 where j is -1
+    or past the table, or the slot has no table (nothing read there)."""
+    ok = (j >= 0) & (j < max_pages * PAGE) & sel_ok
+    return tl.load(bt_ptr + slot.to(tl.int64) * max_pages + tl.where(ok, j, 0) // PAGE, mask=ok,
+                   other=-1)
+
+
+@triton.jit
+def _compressed_rec(j, page, n_pages, D: tl.constexpr, PAGE: tl.constexpr):
+    """(index values, their pages) -> (int64 record byte offsets, valid). A page of -1 (no
+    entry, ``_compressed_page``) or past the cache is masked."""
+    valid = (page >= 0) & (page < n_pages)
+    rec = (tl.where(valid, page, 0).to(tl.int64) * PAGE + tl.where(valid, j, 0) % PAGE) * \
+        (D // 2 + D // 16)
+    return rec, valid
+
+
+@triton.jit
 def _compressed_addr(idx_ptr, bt_ptr, row, slot, row_ok, c0, c_hi, k_sel, n_pages, max_pages,
                      D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr):
     """Record offsets of index-list columns ``c0 .. c0+BLOCK_N`` (columns >= c_hi masked)
-    through the block table -> (int64 byte offsets [BLOCK_N], valid [BLOCK_N])."""
-    c = c0 + tl.arange(0, BLOCK_N)
-    j = tl.load(idx_ptr + row.to(tl.int64) * k_sel + c, mask=(c < c_hi) & row_ok, other=-1)
-    valid = (j >= 0) & (j < max_pages * PAGE)
-    j = tl.where(valid, j, 0)
-    page = tl.load(bt_ptr + slot.to(tl.int64) * max_pages + j // PAGE, mask=valid, other=-1)
-    valid = valid & (page >= 0) & (page < n_pages)
-    rec = (tl.where(valid, page, 0).to(tl.int64) * PAGE + j % PAGE) * (D // 2 + D // 16)
-    return rec, valid
+    through the block table -> (int64 byte offsets [BLOCK_N], valid [BLOCK_N]): the index,
+    page and offset steps above in one (two dependent loads)."""
+    j = _compressed_index(idx_ptr, row, c0, c_hi, k_sel, BLOCK_N)
+    page = _compressed_page(bt_ptr, j, slot, row_ok, max_pages, PAGE)
+    return _compressed_rec(j, page, n_pages, D, PAGE)
 
 
 @triton.jit
@@ -247,21 +271,29 @@ def _compressed_split_pairs(q_ptr, comp_ptr, bt_ptr, idx_ptr, row, h, hmask, n_h
     l_i = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
     acc_e = tl.zeros([BLOCK_H, D // 2], tl.float32)
     acc_o = tl.zeros([BLOCK_H, D // 2], tl.float32)
-    rec, valid = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
-                                  max_pages, D, PAGE, BLOCK_N)
+    # The address chain index -> page -> record runs three / two / one step ahead: each
+    # iteration issues the record loads of step + 1, the page loads of step + 2 and the index
+    # loads of step + 3, and turns step + 2's pages into offsets only after its own math, so no
+    # step waits on a load it issued (before: the index -> page -> offset chain of step + 2 sat
+    # at the top of the iteration, one exposed round trip a step; Nsight Compute, session 5).
+    j = _compressed_index(idx_ptr, row, c_0, c_hi, k_sel, BLOCK_N)
+    j_n = _compressed_index(idx_ptr, row, c_0 + BLOCK_N, c_hi, k_sel, BLOCK_N)
+    j_nn = _compressed_index(idx_ptr, row, c_0 + 2 * BLOCK_N, c_hi, k_sel, BLOCK_N)
+    page = _compressed_page(bt_ptr, j, slot, sel_ok, max_pages, PAGE)
+    page_n = _compressed_page(bt_ptr, j_n, slot, sel_ok, max_pages, PAGE)
+    rec, valid = _compressed_rec(j, page, n_pages, D, PAGE)
     packed, sc = _compressed_load_2d(comp_ptr, rec, valid, D)
-    rec_n, valid_n = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok, c_0 + BLOCK_N, c_hi,
-                                      k_sel, n_pages, max_pages, D, PAGE, BLOCK_N)
+    rec_n, valid_n = _compressed_rec(j_n, page_n, n_pages, D, PAGE)
     for it in range(C_STEPS):
         packed_n, sc_n = _compressed_load_2d(comp_ptr, rec_n, valid_n, D)
-        rec_nn, valid_nn = _compressed_addr(idx_ptr, bt_ptr, row, slot, sel_ok,
-                                            c_0 + (it + 2) * BLOCK_N, c_hi, k_sel, n_pages,
-                                            max_pages, D, PAGE, BLOCK_N)
+        page_nn = _compressed_page(bt_ptr, j_nn, slot, sel_ok, max_pages, PAGE)
+        j_nnn = _compressed_index(idx_ptr, row, c_0 + (it + 3) * BLOCK_N, c_hi, k_sel, BLOCK_N)
         k_e, k_o = _compressed_dequant_pairs(packed, sc, D, BLOCK_N)
         m_i, l_i, acc_e, acc_o = _attend_pairs(q_e, q_o, k_e, k_o, valid, m_i, l_i, acc_e,
                                                acc_o, qk_scale * FP4_TILE_SCALE)
-        packed, sc, valid = packed_n, sc_n, valid_n
-        rec_n, valid_n = rec_nn, valid_nn
+        rec_n, valid_nn = _compressed_rec(j_nn, page_nn, n_pages, D, PAGE)
+        packed, sc, valid, valid_n = packed_n, sc_n, valid_n, valid_nn
+        j_nn = j_nnn
     acc = tl.reshape(tl.join(acc_e, acc_o), (BLOCK_H, D)) * FP4_TILE_SCALE
     return m_i, tl.sum(l_i, 1), acc
 
