@@ -243,21 +243,13 @@ def _halves(bits, INTERPRETER: tl.constexpr):
 
 
 @triton.jit
-def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr,
-             S_STRIDE: tl.constexpr, offs_n, n_ok, SCALE_BLOCK: tl.constexpr,
-             BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
+             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` (int32 words
-    ``[N, K/8]``) with ue8m0 scales stored K-block-major: scale ``(n, b)`` at ``s_ptr + b *
-    S_STRIDE + n``. The result is 2^-63 times the true product (see above). INTERPRETER: the
-    CPU interpreter's variant (no inline PTX; the exact scale product in fp32, as its bf16
-    arithmetic works on raw bit patterns).
-
-    Why K-block-major: a step's scale tile ``[BN, BK/SCALE_BLOCK]`` is then contiguous along
-    n, so it loads in 4-16 byte pieces that Triton streams with ``cp.async`` in the weights'
-    pipeline. Row-major, a row's piece is BK/SCALE_BLOCK bytes (2 at K steps of 64): too small
-    for ``cp.async``, so it was a plain load that every K step waited for (Nsight Compute,
-    session 5: the largest stall of W2 at 48 rows and of split W1|W3 at 6 rows)."""
+    ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; the result is 2^-63 times the true
+    product (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact
+    scale product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
     BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
     q = tl.load(w_ptr + offs_n[:, None] * (K // 8) + offs_w[None, :], mask=n_ok[:, None],
@@ -271,8 +263,8 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     w = tl.join(tl.join(tl.join(l0, l1), tl.join(l2, l3)),
                 tl.join(tl.join(h0, h1), tl.join(h2, h3)))
     offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
-    ws = tl.load(s_ptr + offs_s[None, :] * S_STRIDE + offs_n[:, None], mask=n_ok[:, None],
-                 other=127).to(tl.int32)
+    ws = tl.load(s_ptr + offs_n[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
+                 mask=n_ok[:, None], other=127).to(tl.int32)
     sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
     w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
     if INTERPRETER:
@@ -401,15 +393,15 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             wg = w13_ptr + e * (2 * I) * (D // 8)
-            sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)  # [D/b, 2I]: W3's rows at + I
+            sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
             wu = wg + I * (D // 8)
-            su = sg + I
+            su = sg + I * (D // SCALE_BLOCK)
             for j in range(STEPS):
                 it = it0 + j
-                acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, 2 * I, offs_n,
-                                 n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
-                acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, 2 * I, offs_n,
-                                 n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
+                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
+                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
             _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
                       h_ptr, gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
     else:
@@ -453,7 +445,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
             w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
-                acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, D, offs_n, n_ok,
+                acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
                                SCALE_BLOCK, BLOCK_K, INTERPRETER)
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])

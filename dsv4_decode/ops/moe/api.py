@@ -297,9 +297,8 @@ class MoEWeights:
     """One MoE layer's expert weights in the kernels' layout (``prepare_moe_weights``).
 
     w13         int32 ``[E, 2I, D/8]``: W1 (rows 0..I-1) then W3 (rows I..2I-1), MXFP4 repacked
-                by ``repack_mxfp4``; w13_scales uint8 ``[E, D/b, 2I]``: the checkpoint's
-                ue8m0 scales (one per ``b`` inputs of a row) transposed, K-block-major.
-    w2          int32 ``[E, D, I/8]``; w2_scales uint8 ``[E, I/b, D]`` (transposed likewise).
+                by ``repack_mxfp4``; w13_scales uint8 ``[E, 2I, D/b]`` ue8m0 per ``b`` inputs.
+    w2          int32 ``[E, D, I/8]``; w2_scales uint8 ``[E, D, I/b]``.
     shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
                 scale uint8 [D/32, I/32])``: the checkpoint layout, one ue8m0 per 32x32 block.
     block       b, the MXFP4 scale block: 32 (V4.1) or 16.
@@ -333,17 +332,15 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     nibble = even input index) + w13_scales uint8 ``[E, 2I, D/b]``; w2 uint8 ``[E, D, I/2]`` +
     w2_scales uint8 ``[E, D, I/b]``; b = 32 or 16 (read from the scale shapes); ``shared`` as
     in ``MoEWeights``. The bits are permuted within each 32-bit word (``repack_mxfp4``) so the
-    kernel turns 8 values into bf16 with a few 32-bit operations, and the scales are
-    transposed to ``[E, K/b, N]`` (a K step's scales of a row block are then contiguous, so
-    they stream with the weights: ``_triton._mx4_dot``); the same bytes, nothing else changes.
+    kernel turns 8 values into bf16 with a few 32-bit operations; everything else is kept.
     ue8m0 scale bytes must lie in [64, 191] (weights between 2^-64 and 2^66; real checkpoints
     use ~110..130): the kernels scale by ``2^(s-64)`` in bf16. Not for the decode step: it
     allocates the repacked copies.
     """
     e, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
     shared = None if shared is None else tuple(t.contiguous() for t in shared)
-    return MoEWeights(repack_mxfp4(w13), w13_scales.transpose(1, 2).contiguous(),
-                      repack_mxfp4(w2), w2_scales.transpose(1, 2).contiguous(), shared, block)
+    return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(), repack_mxfp4(w2),
+                      w2_scales.contiguous(), shared, block)
 
 
 def stack_experts(state: dict, prefix: str, n_experts: int) -> MoEWeights:
