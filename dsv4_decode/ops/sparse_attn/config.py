@@ -85,9 +85,20 @@ class SparseAttnConfig:
         num_warps = num_warps or (8 if head_dim >= 256 else 4)
         lay = dict(num_warps=num_warps, dim_split=dim_split, maxnreg=maxnreg)
         slots = SparseAttnConfig(block_h, block_n, 1, 1, 0, 0, **lay).ctas_per_sm * sm_count
-        return SparseAttnConfig.with_steps(
-            block_h, block_n, _steps(rows, heads, block_h, block_n, window, n_sel, slots),
-            window, n_sel, fused_merge=fused_merge, **lay)
+        steps = _steps(rows, heads, block_h, block_n, window, n_sel, slots)
+        cfg = SparseAttnConfig.with_steps(block_h, block_n, steps, window, n_sel,
+                                          fused_merge=fused_merge, **lay)
+        # Three waves or more: twice the steps, half the splits. Each split pays a fixed cost
+        # (the index -> page -> record chain before its first step, its partial store, its
+        # share of the merge) that the waves x steps count leaves out; with many waves the
+        # total work, not the last wave, sets the time. Measured on the H200 (session 5, 4-warp
+        # layout): 32 x 6 x 16 86.49 against 93.07 us, 8 x 6 x 64 84.74 against 91.40,
+        # 32 x 6 x 64 289.66 against 342.18; below three waves it lost (16 x 6 x 16 52.32
+        # against 48.74, 8 x 6 x 16 38.41 against 27.19).
+        if rows * -(-heads // block_h) * cfg.n_split >= 3 * slots and cfg.n_split > 2:
+            cfg = SparseAttnConfig.with_steps(block_h, block_n, 2 * steps, window, n_sel,
+                                              fused_merge=fused_merge, **lay)
+        return cfg
 
     @staticmethod
     def with_steps(block_h: int, block_n: int, steps: int, window: int, n_sel: int,
@@ -123,9 +134,15 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
     (two CTAs per SM) split by ``pick`` (measured 31.23 / 104.51 us at 8 / 32 requests x 6
     rows against 40.44 / 144.68 at 8 warps). Other head dims: ``pick``."""
     if head_dim >= 256:
+        groups = rows * -(-heads // 16)
         one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-        if rows * -(-heads // 16) * one.n_split <= one.ctas_per_sm * sm_count:
+        if groups * one.n_split <= one.ctas_per_sm * sm_count:
             return one
+        # session 5: the block_n64 layout split by the rule still fits one wave at 24 head
+        # groups (4 requests x 6 rows x 16 heads: 17.03 against 22.57 us for the 4-warp rule)
+        few = SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count, block_n=64)
+        if groups * few.n_split <= few.ctas_per_sm * sm_count:
+            return few
         return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count,
                                      num_warps=4)
     return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count)
