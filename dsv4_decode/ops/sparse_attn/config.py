@@ -138,10 +138,12 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
         one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
         if groups * one.n_split <= one.ctas_per_sm * sm_count:
             return one
-        # session 5: the block_n64 layout split by the rule still fits one wave at 24 head
-        # groups (4 requests x 6 rows x 16 heads: 17.03 against 22.57 us for the 4-warp rule)
+        # session 5: the block_n64 layout split by the rule, where that fits one wave, beat
+        # the 4-warp rule at 24 and 32 head groups (4 x 6 x 16: 17.18 against 22.75 us, 1 x 6
+        # x 64: 16.30 against 22.50, 32 x 1 x 16: 21.62 against 23.25) but not at 16 (16 x 1
+        # x 16: 17.32 against 16.12, 4 x 1 x 64: 16.22 against 15.34)
         few = SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count, block_n=64)
-        if groups * few.n_split <= few.ctas_per_sm * sm_count:
+        if groups > 16 and groups * few.n_split <= few.ctas_per_sm * sm_count:
             return few
         return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count,
                                      num_warps=4)
