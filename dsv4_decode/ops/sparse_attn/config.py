@@ -130,9 +130,11 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
     selected + full window; docs/kernels/sparse_attn.md): at head dim >= 256, the ``block_n64``
     layout with one step a split (2 window + 8 index splits of 64 keys at 512 selected) where
     all its CTAs fit in one wave (1 per SM: 1-2 requests x 6 rows, up to 13 rows; measured
-    13.67 us at 1 x 6 against 18.18 for the 8-warp rule), else the default layout at 4 warps
-    (two CTAs per SM) split by ``pick`` (measured 31.23 / 104.51 us at 8 / 32 requests x 6
-    rows against 40.44 / 144.68 at 8 warps). Other head dims: ``pick``."""
+    13.67 us at 1 x 6 against 18.18 for the 8-warp rule); else (session 5) that layout split
+    by ``pick`` where it fits one wave, above 16 head groups (rows x head blocks; 4 x 6 x 16:
+    17.18 against 22.75 us); else the default layout at 4 warps (two CTAs per SM) split by
+    ``pick`` (measured 31.23 / 104.51 us at 8 / 32 requests x 6 rows against 40.44 / 144.68
+    at 8 warps). Other head dims: ``pick``."""
     if head_dim >= 256:
         groups = rows * -(-heads // 16)
         one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
