@@ -7,7 +7,7 @@ from dsv4_decode.bench import topk as T
 from dsv4_decode.bench.results import write_rows
 
 out = sys.argv[1]
-jobs = [lambda c=c: T.bench_blocks(r, c) for c in (524288, 1048576) for r in (1, 6, 12)]
+jobs = [lambda r=r, c=c: T.bench_blocks(r, c) for c in (524288, 1048576) for r in (1, 6, 12)]
 jobs += [lambda r=r, c=c, v=v: T.bench_cell(r, c, v, 2048, False)
          for c in T.COLS for v in ("1/8", "all") for r in T.ROWS]
 for job in jobs:
