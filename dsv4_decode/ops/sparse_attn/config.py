@@ -85,20 +85,9 @@ class SparseAttnConfig:
         num_warps = num_warps or (8 if head_dim >= 256 else 4)
         lay = dict(num_warps=num_warps, dim_split=dim_split, maxnreg=maxnreg)
         slots = SparseAttnConfig(block_h, block_n, 1, 1, 0, 0, **lay).ctas_per_sm * sm_count
-        steps = _steps(rows, heads, block_h, block_n, window, n_sel, slots)
-        cfg = SparseAttnConfig.with_steps(block_h, block_n, steps, window, n_sel,
-                                          fused_merge=fused_merge, **lay)
-        # Three waves or more: twice the steps, half the splits. Each split pays a fixed cost
-        # (the index -> page -> record chain before its first step, its partial store, its
-        # share of the merge) that the waves x steps count leaves out; with many waves the
-        # total work, not the last wave, sets the time. Measured on the H200 (session 5, 4-warp
-        # layout): 32 x 6 x 16 86.49 against 93.07 us, 8 x 6 x 64 84.74 against 91.40,
-        # 32 x 6 x 64 289.66 against 342.18; below three waves it lost (16 x 6 x 16 52.32
-        # against 48.74, 8 x 6 x 16 38.41 against 27.19).
-        if rows * -(-heads // block_h) * cfg.n_split >= 3 * slots and cfg.n_split > 2:
-            cfg = SparseAttnConfig.with_steps(block_h, block_n, 2 * steps, window, n_sel,
-                                              fused_merge=fused_merge, **lay)
-        return cfg
+        return SparseAttnConfig.with_steps(
+            block_h, block_n, _steps(rows, heads, block_h, block_n, window, n_sel, slots),
+            window, n_sel, fused_merge=fused_merge, **lay)
 
     @staticmethod
     def with_steps(block_h: int, block_n: int, steps: int, window: int, n_sel: int,
@@ -156,7 +145,15 @@ def _steps(rows, heads, block_h, block_n, window, n_sel, slots) -> int:
     """Steps per split. Round 1 on the H200 ran at about (10 + 3.7 x waves x steps) us: a CTA's
     time is its step count (each step a serial gather -> dequantise -> 2 MMAs), CTAs beyond the
     ``slots`` (CTAs per SM x SMs) wait for a whole earlier wave. So pick the steps that minimise
-    ``ceil(CTAs / slots) x steps`` over at most ``MAX_SPLITS`` splits, ties to fewer splits."""
+    ``ceil(CTAs / slots) x steps`` over at most ``MAX_SPLITS`` splits, ties to fewer splits.
+
+    Then, at three waves or more (and more than two splits), twice those steps: each split pays
+    a fixed cost (the index -> page -> record chain before its first step, its partial store,
+    its share of the merge) that the count above leaves out, and with many waves the total
+    work, not the last wave, sets the time. Measured on the H200 (session 5, 4-warp layout):
+    32 x 6 x 16 86.49 against 93.07 us, 8 x 6 x 64 84.74 against 91.40, 32 x 6 x 64 289.66
+    against 342.18; below three waves it lost (16 x 6 x 16 52.32 against 48.74, 8 x 6 x 16
+    38.41 against 27.19)."""
     w_units, c_units = -(-window // block_n), -(-n_sel // block_n)
     groups = max(rows * -(-heads // block_h), 1)
     best = None
@@ -168,4 +165,8 @@ def _steps(rows, heads, block_h, block_n, window, n_sel, slots) -> int:
         key = (-(-groups * n_split // slots) * span, n_split)
         if best is None or key < best[0]:
             best = (key, steps)
-    return best[1]
+    steps = best[1]
+    n_split = -(-w_units // steps) + -(-c_units // steps)
+    if groups * n_split >= 3 * slots and n_split > 2:
+        return 2 * steps
+    return steps
