@@ -1,7 +1,8 @@
 """Benchmark of ``decode_topk`` on one GPU: ours vs torch.topk (bf16) vs fp32 upcast + topk.
 
 Cells: rows 1..64 x cols 65,536..1,048,576 x valid (1/8 or all of each row before its length)
-x k 512 / 2048, random BF16 logits; block mode (top 2,048 blocks of 8, 1/8 valid). Each time is
+x k 512 / 2048, random BF16 logits; block mode (top 2,048 blocks of 8, 1/8 valid; ours beside
+``ours_pipeline``, the group-maxima pipeline it replaced). Each time is
 the median of 20 replays of a CUDA graph of 20 back-to-back calls. The calls rotate over input
 sets whose total size passes 2 x the 60 MB L2 (small cells keep 20 sets, still L2-resident, as
 the indexer's freshly written logits would be). torch.topk has no lengths: it gets the whole row
@@ -88,9 +89,8 @@ def bench_blocks(rows: int, cols: int, n_blocks: int = 2048, block: int = 8) -> 
     ws = make_topk_workspace(rows, n_blocks, "cuda", block)
     floor = rows * length * 2
     res = [Row("topk", case, "ours", _timed(lambda x: decode_topk_blocks(
-        x, lens, n_blocks, block, out=out, workspace=ws), xs), floor)]
-    if _fusable(rows, cols):
-        res.append(_unfused(case, xs, lens, out, ws, n_blocks, floor))
+        x, lens, n_blocks, block, out=out, workspace=ws), xs), floor),
+           _pipeline(case, xs, lens, out, ws, n_blocks, floor)]
     res.append(Row("topk", case, "torch", _timed(lambda x: decode_topk_blocks_ref(
         x, lens, n_blocks, block), xs), floor))
     return res
@@ -113,24 +113,42 @@ def _unfused(case, xs, lens, out, ws, k, floor) -> Row:
         x.view(torch.int16), lens, out, ws, ws.cfg, k, fuse=False), xs), floor)
 
 
+def _pipeline(case, xs, lens, out, ws, k, floor) -> Row:
+    """``ours_pipeline``: block mode through plain mode's group-maxima pipeline (``_triton``,
+    four launches at k = 2,048: block mode's path until the radix select replaced it)."""
+    from dsv4_decode.ops.topk import _triton
+
+    return Row("topk", case, "ours_pipeline", _timed(lambda x: _triton.launch(
+        x.view(torch.int16), lens, out, ws, ws.cfg, k), xs), floor)
+
+
 KERNEL_CELLS = [(1, 65536, "all", 512), (24, 65536, "all", 512), (1, 1048576, "all", 512),
                 (12, 1048576, "all", 512), (64, 1048576, "all", 512)]
 
 
-def kernels(rows: int, cols: int, valid: str, k: int) -> str:
-    """The profiler's per-kernel table of ``ours`` for one cell (``bench.kernels``)."""
+BLOCK_KERNEL_CELLS = [(1, 1048576, "1/8", 2048), (12, 1048576, "1/8", 2048)]
+
+
+def kernels(rows: int, cols: int, valid: str, k: int, block: int = 1) -> str:
+    """The profiler's per-kernel table of ``ours`` for one cell (``bench.kernels``); block > 1:
+    block mode, top k blocks of ``block`` columns."""
     from dsv4_decode.bench.kernels import kernel_table
 
     xs, lens, _ = _inputs(rows, cols, valid)
     out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
-    ws = make_topk_workspace(rows, k, "cuda")
+    ws = make_topk_workspace(rows, k, "cuda", block)
     i = [0]
 
     def fn():
-        decode_topk(xs[i[0] % len(xs)], lens, k, out=out, workspace=ws)
+        x = xs[i[0] % len(xs)]
+        if block > 1:
+            decode_topk_blocks(x, lens, k, block, out=out, workspace=ws)
+        else:
+            decode_topk(x, lens, k, out=out, workspace=ws)
         i[0] += 1
 
-    return kernel_table(fn, CALLS).format(f"rows={rows} cols={cols} valid={valid} k={k}")
+    mode = f" mode=blocks of {block}" if block > 1 else ""
+    return kernel_table(fn, CALLS).format(f"rows={rows} cols={cols} valid={valid} k={k}{mode}")
 
 
 def main(argv=None) -> None:
@@ -143,6 +161,8 @@ def main(argv=None) -> None:
                         "64x1048576x1/8x512 (default: the full table, or --quick's)")
     p.add_argument("--kernels", action="store_true",
                    help="only print per-kernel times and idle gaps (profiler) for a few cells")
+    p.add_argument("--blocks", action="store_true",
+                   help="only the block-mode cells (top 2,048 blocks of 8, 1/8 valid)")
     args = p.parse_args(argv)
     picked = None
     if args.cells:
@@ -158,6 +178,8 @@ def main(argv=None) -> None:
     if args.kernels:
         for cell in picked or KERNEL_CELLS:
             print(kernels(*cell), flush=True)
+        for cell in [] if picked else BLOCK_KERNEL_CELLS:
+            print(kernels(*cell, block=8), flush=True)
         return
     if args.quick:
         cells = [(1, 65536, "all", 512), (6, 262144, "1/8", 512), (12, 1048576, "all", 512),
@@ -167,9 +189,11 @@ def main(argv=None) -> None:
     else:
         cells = [(r, c, v, k) for k in (512, 2048) for c in COLS for v in ("1/8", "all")
                  for r in ROWS]
-        block_cells = [(r, c) for c in (524288, 1048576) for r in (1, 6, 12)]
+        block_cells = [(r, c) for c in (524288, 1048576) for r in (1, 6, 12, 24, 64)]
     if picked:
         cells, block_cells = picked, []
+    if args.blocks:
+        cells = []
     rows: list[Row] = []
     path = None
     jobs = [lambda r=r, c=c, v=v, k=k: bench_cell(r, c, v, k, not args.no_baselines)
@@ -181,7 +205,7 @@ def main(argv=None) -> None:
             print(f"{row.case:50s} {row.impl:14s} {row.us:9.2f} us", flush=True)
         path = write_rows(res, "topk", args.out)
         rows += res
-    print_table(rows, ["ours", "ours_4launch", "torch", "torch_fp32"])
+    print_table(rows, ["ours", "ours_4launch", "ours_pipeline", "torch", "torch_fp32"])
     print("\nk = 512 against the GB300 goal (* = 1.2x its 524,288-column number):")
     for row in rows:
         f = dict(kv.split("=") for kv in row.case.split(","))

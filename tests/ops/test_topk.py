@@ -280,6 +280,35 @@ def test_blocks_match_twin(rows, cols, nb, block, lens_spec, kind, device):
     assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, nb, block))
 
 
+@pytest.mark.parametrize("block,kind", [(8, "crowded"), (8, "constant"), (8, "tied"),
+                                        (4, "special"), (64, "rising"), (2, "falling")])
+def test_blocks_radix_across_chunks(block, kind, device, monkeypatch):
+    """Block mode's radix select over several chunks (programs) a row: ties at tau spread over
+    chunks are kept lowest block first, rows with fewer candidates than n_blocks keep them all,
+    and a second call on the same workspace (histograms, ticket re-armed) gives the same answer.
+    The per-chunk prefix runs 2 chunks a step here, so its carries between steps count."""
+    from dsv4_decode.ops.topk import _radix
+    from dsv4_decode.ops.topk.config import RADIX_COLS
+
+    monkeypatch.setattr(_radix, "CHUNK_TILE", 2)
+
+    rows, cols = 7, 4 * RADIX_COLS + 3 * 8 * block  # 5 chunks a row, the last one partial
+    gen = torch.Generator().manual_seed(block)
+    x = make_logits(kind, rows, cols, gen)
+    nb = 48
+    lens = make_lengths("edges", rows, cols, nb * block, gen)
+    want = decode_topk_blocks_ref(x, lens, nb, block)
+    ws = make_topk_workspace(rows, nb, device, block)
+    assert ws.cfg.rchunk * block == RADIX_COLS
+    out = torch.full((rows, nb), -7, dtype=torch.int32, device=device)
+    xd, nd = x.to(device), lens.to(device)
+    for _ in range(2):
+        decode_topk_blocks(xd, nd, nb, block, out=out, workspace=ws)
+        assert torch.equal(out.cpu(), want)
+        assert int(ws.tick.abs().sum()) == 0
+        assert int(ws.hist1.abs().sum()) == 0 and int(ws.hist2.abs().sum()) == 0
+
+
 def test_bad_arguments(device):
     x = torch.randn(2, 64, device=device).to(BF16)
     lens = torch.full((2,), 64, dtype=torch.int32, device=device)
@@ -328,6 +357,29 @@ def test_gpu_graph_replay_bitwise(rows, k):
     out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
     ws = make_topk_workspace(rows, k, "cuda")
     graph = capture(lambda: decode_topk(x_s, n_s, k, out=out, workspace=ws))
+    for i in range(500):
+        x, n = inputs[i % 2]
+        x_s.copy_(x)
+        n_s.copy_(n)
+        out.fill_(-7)
+        graph.replay()
+        assert torch.equal(out, want[i % 2]), f"replay {i}"
+
+
+@pytest.mark.gpu
+def test_gpu_blocks_graph_replay_bitwise():
+    """Block mode (radix select: histograms and ticket re-armed by the kernels themselves)
+    captured once, replayed 500 times alternating two input sets: bitwise identical answers."""
+    rows, cols, nb = 6, 1048576, 2048
+    gen = torch.Generator().manual_seed(12)
+    inputs = [(make_logits(kind, rows, cols, gen).cuda(),
+               make_lengths(spec, rows, cols, nb * 8, gen).cuda())
+              for kind, spec in (("random", "eighth"), ("special", "edges"))]
+    want = [decode_topk_blocks_ref(x, n, nb, 8) for x, n in inputs]
+    x_s, n_s = inputs[0][0].clone(), inputs[0][1].clone()
+    out = torch.empty(rows, nb, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, nb, "cuda", 8)
+    graph = capture(lambda: decode_topk_blocks(x_s, n_s, nb, 8, out=out, workspace=ws))
     for i in range(500):
         x, n = inputs[i % 2]
         x_s.copy_(x)
@@ -441,6 +493,16 @@ for k, block in ((512, 1), (2048, 1), (2048, 8)):
     out[f"select-k{k}-b{block}"] = build(K._select_kernel, dict(
         NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048 // block, BLOCK=block,
         NSEG=NSEG, LIST=1, NR=8), 8)
+from dsv4_decode.ops.topk import _radix as RX
+from dsv4_decode.ops.topk.config import RADIX_CHUNKS
+
+for block in (8, 2, 64):
+    c = TopkConfig.pick(2048, block)
+    radix = dict(BLOCK=block, CE=c.rchunk)
+    out[f"radix-hist-b{block}"] = build(RX._radix_hist_kernel, radix, 4)
+    out[f"radix-refine-b{block}"] = build(RX._radix_refine_kernel, dict(
+        NCH=RADIX_CHUNKS, CT=RX.CHUNK_TILE, **radix), 4)
+    out[f"radix-write-b{block}"] = build(RX._radix_write_kernel, dict(KP=2048, **radix), 4)
 print(json.dumps(out))
 '''
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import NSEG, TopkConfig
+from .config import NSEG, RADIX_CHUNKS, TopkConfig
 
 MAX_COLS = 1 << 20
 MAX_K = 2048
@@ -34,6 +34,15 @@ class TopkWorkspace:
       segments of one collect program);
     - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
+
+    Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = RADIX_CHUNKS):
+    - ``hist1`` int32 [rows, 512] / ``hist2`` int32 [rows, 256], zero between calls: the row's
+      histograms of ``key1 >> 8`` and of the low byte inside the threshold bin (the last
+      program of each pass reads and re-zeroes them);
+    - ``meta`` int32 [rows, 8]: threshold bin, count above it, tau, ties kept, total written;
+    - ``chist`` int32 [rows, C, 256] / ``cgt`` int32 [rows, C]: per chunk, the low-byte
+      histogram inside the threshold bin and the count above the bin;
+    - ``coff`` int32 [rows, C, 2]: per chunk, its output offset and the ties at tau before it.
     """
 
     cfg: TopkConfig
@@ -48,6 +57,12 @@ class TopkWorkspace:
     pbuf: torch.Tensor
     cc: torch.Tensor
     scratch: torch.Tensor
+    hist1: torch.Tensor
+    hist2: torch.Tensor
+    meta: torch.Tensor
+    chist: torch.Tensor
+    cgt: torch.Tensor
+    coff: torch.Tensor
 
     @property
     def rows(self) -> int:
@@ -58,16 +73,20 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
     """Allocate the scratch for ``rows`` rows, ``k`` selected elements, ``block`` (1 = plain)."""
     cfg = TopkConfig.pick(k, block)
 
-    def buf(*shape):
-        return torch.empty(*shape, dtype=torch.int32, device=torch.device(device))
+    def buf(*shape, zero=False):
+        make = torch.zeros if zero else torch.empty
+        return make(*shape, dtype=torch.int32, device=torch.device(device))
 
+    nch = RADIX_CHUNKS if cfg.rchunk else 0
     return TopkWorkspace(
-        cfg=cfg, tick=torch.zeros(rows, dtype=torch.int32, device=torch.device(device)),
+        cfg=cfg, tick=buf(rows, zero=True),
         gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG),
         seglist=buf(rows, cfg.max_chunks * NSEG), rcnt=buf(rows, cfg.max_chunks),
         thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
-        scratch=buf(rows, cfg.cap))
+        scratch=buf(rows, cfg.cap), hist1=buf(rows, 512 if nch else 0, zero=True),
+        hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
+        chist=buf(rows, nch, 256), cgt=buf(rows, nch), coff=buf(rows, nch, 2))
 
 
 def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
@@ -118,7 +137,7 @@ def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
 
 
 def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
-    from . import _triton  # deferred: importing triton is not needed for the twin
+    from . import _radix, _triton  # deferred: importing triton is not needed for the twin
 
     rows = logits.shape[0]
     if out is None:
@@ -127,7 +146,9 @@ def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
         return out
     if workspace is None:
         workspace = make_topk_workspace(rows, k, logits.device, block)
-    _triton.launch(logits.view(torch.int16), lengths, out, workspace, workspace.cfg, k)
+    cfg = workspace.cfg
+    (_radix if cfg.rchunk else _triton).launch(logits.view(torch.int16), lengths, out, workspace,
+                                               cfg, k)
     return out
 
 
@@ -180,7 +201,9 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
 
     Args: as ``decode_topk``, with ``n_blocks`` in 1..2048 in place of k and ``block`` a power
     of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,
-    device, block)``. Same graph safety and errors.
+    device, block)``. Same graph safety and errors. Three kernel launches: an exact radix
+    select on the block keys (``_radix``: a histogram of the high byte, one of the low byte
+    inside the threshold bin, then the write), each re-reading the row's valid columns.
     """
     _check(logits, lengths, n_blocks, block, out, workspace, "n_blocks")
     return _run(logits, lengths, n_blocks, block, out, workspace)

@@ -17,6 +17,12 @@ def _pow2_at_least(x: int) -> int:
 # mode) so the collect pass re-reads only segments that can hold a candidate.
 NSEG = 16
 
+# Block mode's radix select: columns per chunk (one program each), and chunks a row at 2**20
+# columns. 4,096 columns keep the per-program histograms short (4 blocks of 8 a thread at 4
+# warps) and give 16 programs a row at 1/8 of 2**19 columns.
+RADIX_COLS = 4096
+RADIX_CHUNKS = (1 << 20) // RADIX_COLS
+
 
 def span_log2(rows: int, n_chunks: int) -> int:
     """log2 of the chunks R one group-maxima program folds: the largest R <= 8 that leaves
@@ -40,7 +46,10 @@ class TopkConfig:
     - ``groups``: workspace slots per row for the group maxima (bounds every level's count);
     - ``small`` / ``cap``: candidate-tile sizes of the final selection; more than ``cap``
       candidates takes the exact single-CTA fallback;
-    - ``max_chunks``: programs per row of the row-wide passes at 2**20 columns.
+    - ``max_chunks``: programs per row of the row-wide passes at 2**20 columns;
+    - ``rchunk``: block mode runs the radix select (``_radix``) with chunks of ``rchunk``
+      elements (4,096 columns: ``RADIX_CHUNKS`` programs a row at 2**20 columns); 0 in plain
+      mode, which runs the four kernels above.
     """
 
     k: int
@@ -52,6 +61,7 @@ class TopkConfig:
     small: int
     cap: int
     max_chunks: int
+    rchunk: int
 
     @staticmethod
     def pick(k: int, block: int = 1) -> TopkConfig:
@@ -71,4 +81,5 @@ class TopkConfig:
             small=small,
             cap=min(4 * small, 8192),
             max_chunks=512,  # 2**20 columns / 2048 columns per program
+            rchunk=RADIX_COLS // block if block > 1 else 0,
         )
