@@ -37,12 +37,11 @@ class TopkWorkspace:
 
     Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = RADIX_CHUNKS):
     - ``hist1`` int32 [rows, 512] / ``hist2`` int32 [rows, 256], zero between calls: the row's
-      histograms of ``key1 >> 8`` and of the low byte inside the threshold bin (the last
-      program of each pass reads and re-zeroes them);
-    - ``meta`` int32 [rows, 8]: threshold bin, count above it, tau, ties kept, total written;
-    - ``chist`` int32 [rows, C, 256] / ``cgt`` int32 [rows, C]: per chunk, the low-byte
-      histogram inside the threshold bin and the count above the bin;
-    - ``coff`` int32 [rows, C, 2]: per chunk, its output offset and the ties at tau before it.
+      histograms of ``key1 >> 8`` and of the low byte inside the threshold bin (each re-zeroed
+      by a later launch, after its last reader);
+    - ``meta`` int32 [rows, 8]: the threshold bin and the count above it;
+    - ``csuf`` int32 [rows, C, 256] / ``cgt`` int32 [rows, C]: per chunk, the count of keys at
+      or above each low byte of the threshold bin, and above the bin.
     """
 
     cfg: TopkConfig
@@ -60,9 +59,8 @@ class TopkWorkspace:
     hist1: torch.Tensor
     hist2: torch.Tensor
     meta: torch.Tensor
-    chist: torch.Tensor
+    csuf: torch.Tensor
     cgt: torch.Tensor
-    coff: torch.Tensor
 
     @property
     def rows(self) -> int:
@@ -86,7 +84,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
         scratch=buf(rows, cfg.cap), hist1=buf(rows, 512 if nch else 0, zero=True),
         hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
-        chist=buf(rows, nch, 256), cgt=buf(rows, nch), coff=buf(rows, nch, 2))
+        csuf=buf(rows, nch, 256), cgt=buf(rows, nch))
 
 
 def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
@@ -203,7 +201,7 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
     of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,
     device, block)``. Same graph safety and errors. Three kernel launches: an exact radix
     select on the block keys (``_radix``: a histogram of the high byte, one of the low byte
-    inside the threshold bin, then the write), each re-reading the row's valid columns.
+    inside the threshold bin, then the write), each reading the row's valid columns.
     """
     _check(logits, lengths, n_blocks, block, out, workspace, "n_blocks")
     return _run(logits, lengths, n_blocks, block, out, workspace)
