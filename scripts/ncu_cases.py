@@ -33,8 +33,13 @@ def sparse_attn_case(spec: str, calls: int) -> None:
 
 def moe_case(spec: str, calls: int) -> None:
     from dsv4_decode.bench import moe as B
-    from dsv4_decode.ops.moe import (alloc_moe_workspace, alloc_routing, moe_experts,
-                                     pick_config, route)
+    from dsv4_decode.ops.moe import (
+        alloc_moe_workspace,
+        alloc_routing,
+        moe_experts,
+        pick_config,
+        route,
+    )
 
     rows, top_k = int(spec), 6
     gen = torch.Generator(device="cuda").manual_seed(0)

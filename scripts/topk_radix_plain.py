@@ -28,7 +28,7 @@ def radix_ws(rows, nch):
                                  csuf=z(rows, nch, 256), cgt=z(rows, nch))
 
 
-for rows, cols, valid in CELLS:
+def cell(rows, cols, valid):
     xs, lens, _ = T._inputs(rows, cols, valid)
     out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
     ws = make_topk_workspace(rows, K, "cuda")
@@ -41,6 +41,11 @@ for rows, cols, valid in CELLS:
         got = torch.empty_like(out)
         _radix.launch(xs[0].view(torch.int16), lens, got, rws, cfg, K)
         ok = torch.equal(got, decode_topk(xs[0], lens, K))
-        us = T._timed(lambda x: _radix.launch(x.view(torch.int16), lens, got, rws, cfg, K), xs)
+        us = T._timed(lambda x, rws=rws, cfg=cfg, got=got: _radix.launch(
+            x.view(torch.int16), lens, got, rws, cfg, K), xs)
         line.append(f"radix{ce} {us:7.2f}{'' if ok else ' WRONG'}")
     print("  ".join(line), flush=True)
+
+
+for spec in CELLS:
+    cell(*spec)
