@@ -288,20 +288,41 @@ def test_blocks_radix_across_chunks(block, kind, device):
     and a second call on the same workspace (histograms re-zeroed) gives the same answer."""
     from dsv4_decode.ops.topk.config import RADIX_COLS
 
-    rows, cols = 7, 4 * RADIX_COLS + 3 * 8 * block  # 5 chunks a row, the last one partial
+    rows, cols = 7, 4 * RADIX_COLS + 3 * 8 * block  # 5+ chunks a row, the last one partial
     gen = torch.Generator().manual_seed(block)
     x = make_logits(kind, rows, cols, gen)
     nb = 48
     lens = make_lengths("edges", rows, cols, nb * block, gen)
     want = decode_topk_blocks_ref(x, lens, nb, block)
     ws = make_topk_workspace(rows, nb, device, block)
-    assert ws.cfg.rchunk * block == RADIX_COLS
     out = torch.full((rows, nb), -7, dtype=torch.int32, device=device)
     xd, nd = x.to(device), lens.to(device)
     for _ in range(2):
         decode_topk_blocks(xd, nd, nb, block, out=out, workspace=ws)
         assert torch.equal(out.cpu(), want)
         assert int(ws.hist1.abs().sum()) == 0
+
+
+def test_blocks_radix_chunk_loops(device):
+    """Fewer programs than chunks (the one-launch form on a full GPU): each program loops over
+    chunks q, q + P, ...; run here through the three-launch form with P = 2 and 3."""
+    from dsv4_decode.ops.topk import _radix
+    from dsv4_decode.ops.topk.config import RADIX_COLS
+
+    rows, cols, nb = 5, 7 * RADIX_COLS - 8, 40
+    gen = torch.Generator().manual_seed(21)
+    for kind in ("crowded", "special"):
+        x = make_padded(make_logits(kind, rows, cols, gen).to(device))
+        lens = torch.tensor([cols, cols - 4100, 2 * RADIX_COLS + 5, 0, 1], dtype=torch.int32,
+                            device=device)  # 7, 6, 3, 0 and 1 chunks
+        want = decode_topk_blocks_ref(x.cpu(), lens.cpu(), nb, 8)
+        for programs in (2, 3):
+            ws = make_topk_workspace(rows, nb, device, 8)
+            ws.csuf.fill_(-7)  # every count read must have been written by this call
+            ws.cgt.fill_(-7)
+            out = torch.full((rows, nb), -7, dtype=torch.int32, device=device)
+            _radix.launch(x.view(torch.int16), lens, out, ws, ws.cfg, nb, programs=programs)
+            assert torch.equal(out.cpu(), want)
 
 
 @pytest.mark.parametrize("bits", [0x3FFD, 0x3FFE])
@@ -507,16 +528,11 @@ for k, block in ((512, 1), (2048, 1), (2048, 8)):
         NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048 // block, BLOCK=block,
         NSEG=NSEG, LIST=1, NR=8), 8)
 from dsv4_decode.ops.topk import _radix as RX
-from dsv4_decode.ops.topk.config import RADIX_CHUNKS
-
 for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)
-    radix = dict(BLOCK=block, CE=c.rchunk)
-    out[f"radix-hist-b{block}"] = build(RX._radix_hist_kernel, radix, 4)
-    out[f"radix-refine-b{block}"] = build(RX._radix_refine_kernel, dict(
-        NCH=RADIX_CHUNKS, **radix), 4)
-    out[f"radix-write-b{block}"] = build(RX._radix_write_kernel, dict(
-        NCH=RADIX_CHUNKS, KP=2048, **radix), 4)
+    for phase in range(4):
+        out[f"radix-b{block}-phase{phase}"] = build(RX._radix_kernel, dict(
+            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase), RX.NUM_WARPS)
 print(json.dumps(out))
 '''
 

@@ -1,34 +1,41 @@
-"""Radix-select kernels of ``decode_topk_blocks`` (private). Design: docs/kernels/topk.md.
+"""Radix-select kernel of ``decode_topk_blocks`` (private). Design: docs/kernels/topk.md.
 
 Block mode ranks at most 2**20 / block elements (131,072 blocks of 8), so an exact radix
 select on the 17-bit ``key1`` is cheap enough to need no candidate buffer, no fallback and no
-sampling. A row's elements are cut into chunks of ``CE``; program (row, c) owns chunk c, and
-only the row's *active* chunks (those starting before its length) touch the logits. Three
-launches, all rows at once, every length read on the device, no tickets and no single-program
-phase: each program recomputes the row's few shared decisions from the previous launch's
-histogram (a 256- or 512-entry load) instead of waiting for one program to make them.
+sampling. A row's elements are cut into chunks of ``CE``; program (row, q) of P a row owns
+chunks q, q + P, ... (P = all the row's chunks where the grid allows), and only the row's
+*active* chunks (those starting before its length) do any work. All rows at once, every
+length read on the device, three phases:
 
-1. ``_radix_hist_kernel``: key1 of the chunk; the histogram of ``key1 >> 8`` (512 bins: the
-   pinned key 65,537 lands in bin 256) added to the row's ``hist1`` with integer atomics.
-2. ``_radix_refine_kernel``: every program reads ``hist1`` and finds bin B holding the K-th
-   largest key1; then its chunk's keys again (L2-resident by now): the 256-bin histogram of the
-   low byte of the keys in bin B, added to ``hist2``, and stored per chunk as suffix counts
-   ``csuf[c, l] = #{key1 >= B * 256 + l}`` (``cgt[c] = #{key1 >> 8 > B}``).
-3. ``_radix_write_kernel``: every program reads ``hist2``, finds tau = B * 256 + L (the K-th
-   largest key1) and the ties at tau to keep, and gathers two suffix counts per earlier chunk
-   of its row for its output offset and the ties before it (ties go to the lower index). Then
-   its keys once more: keys > tau and its share of the ties, written ascending at its offset.
-   Program 0 of each row pads with -1.
+1. key1 of the chunk; the histogram of ``key1 >> 8`` (512 bins: the pinned key 65,537 lands
+   in bin 256) added to the row's ``hist1`` with integer atomics.
+2. every program reads ``hist1`` and finds bin B holding the K-th largest key1 (no single
+   program decides for the others); the 256-bin histogram of the low byte of its keys in bin
+   B, added to ``hist2`` and stored per chunk as suffix counts ``csuf[c, l] = #{key1 >= B * 256
+   + l}`` (``cgt[c] = #{key1 >> 8 > B}``).
+3. every program reads ``hist2``, finds tau = B * 256 + L (the K-th largest key1) and the ties
+   at tau to keep, and gathers two suffix counts per earlier chunk of its row for its output
+   offset and the ties before it (ties go to the lower index). It writes its keys > tau and its
+   share of the ties at its offset, ascending; program 0 of each row pads with -1.
 
-The histograms are re-zeroed where nobody reads them: ``hist2`` by launch 1 of the next call's
-program 0, ``hist1`` by launch 3's program 0 (launch 2 read it). Fewer than K candidates: no bin
-reaches K, so B = 0 and L = 0, tau = 0 and every candidate (key1 > 0) is written. Integer
-atomics make the histograms order-independent: every call and graph replay writes bitwise the
-same output.
+One launch (``PHASE = 0``) whenever every program of the grid can be resident at once (P is
+cut to fit): the phases are separated by a barrier among the row's working programs (an
+arrival counter and a generation word, ``bar``), and the first chunk's keys stay in registers.
+Under the interpreter (which runs programs one after another, so nobody could wait for
+another), on the CPU, or with more rows than the GPU holds programs, three launches
+(``PHASE = 1, 2, 3``) re-read the chunks each phase (from L2) and pass B through ``meta``.
+The histograms are re-zeroed after their last reader: ``hist2`` by program 0 at the
+start of phase 1 (the previous call's phase 3 is over), ``hist1`` by program 0 after phase 2.
+Fewer than K candidates: no bin reaches K, so B = 0 and L = 0, tau = 0 and every candidate
+(key1 > 0) is written. Integer atomics make the histograms order-independent: every call and
+graph replay writes bitwise the same output.
 """
 
 from __future__ import annotations
 
+import os
+
+import torch
 import triton
 import triton.language as tl
 
@@ -36,24 +43,21 @@ from ._triton import _element_keys, _row_length
 
 H1 = tl.constexpr(512)  # bins of key1 >> 8 (0..256)
 H2 = tl.constexpr(256)  # bins of the low byte
-# meta slots per row (written by launch 2's program 0): B, count above B
+# meta slots per row (three-launch form: phase 2's program 0 -> phase 3): B, count above B
 M_BIN, M_ABOVE = (tl.constexpr(i) for i in range(2))
 META = tl.constexpr(8)
+NUM_WARPS = 4
 
 
 @triton.jit
 def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
                 CE: tl.constexpr):
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-    x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+    # the API checks the row stride is a multiple of 8 elements: 16-byte loads whatever the
+    # stride's own divisibility (stated on the product: on the stride alone it does not carry)
+    x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
     e = c * CE + tl.arange(0, CE)
     return _element_keys(x_row, e, length, len_e, BLOCK), e
-
-
-@triton.jit
-def _n_active(lengths_ptr, row, cols, BLOCK: tl.constexpr, CE: tl.constexpr):
-    _, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-    return (len_e + CE - 1) // CE
 
 
 @triton.jit
@@ -67,92 +71,183 @@ def _largest_bin(g, base, K, NB: tl.constexpr):
 
 
 @triton.jit
-def _radix_hist_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, stride_x, cols,
-                       BLOCK: tl.constexpr, CE: tl.constexpr):
-    row = tl.program_id(0)
-    c = tl.program_id(1)
-    if c == 0:  # launch 3 of the previous call was the last to read it
-        tl.store(hist2_ptr + row * H2 + tl.arange(0, H2), tl.zeros([H2], tl.int32))
-    if c < _n_active(lengths_ptr, row, cols, BLOCK, CE):
-        key1, _ = _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)
-        h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)
-        tl.atomic_add(hist1_ptr + row * H1 + tl.arange(0, H1), h, mask=h > 0, sem="relaxed")
+def _row_barrier(bar_ptr, row, n_act):
+    """Wait until the row's n_act active programs have all arrived. ``bar`` [rows, 2]: an
+    arrival count (0 between barriers) and a generation that only grows. Every thread's
+    atomics and stores before it are visible after it (CTA barrier, then acq_rel / release
+    gpu-scope atomics on one side, acquire on the other)."""
+    tl.debug_barrier()
+    gen_ptr = bar_ptr + row * 2 + 1
+    gen = tl.atomic_add(gen_ptr, 0, sem="relaxed", scope="gpu")  # read before arriving
+    if tl.atomic_add(bar_ptr + row * 2, 1, sem="acq_rel", scope="gpu") == n_act - 1:
+        tl.atomic_xchg(bar_ptr + row * 2, 0, sem="relaxed", scope="gpu")
+        tl.atomic_add(gen_ptr, 1, sem="release", scope="gpu")
+    else:
+        seen = gen
+        while seen == gen:
+            seen = tl.atomic_add(gen_ptr, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
 
 
 @triton.jit
-def _radix_refine_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr,
-                         stride_x, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
-                         CE: tl.constexpr):
-    row = tl.program_id(0)
-    c = tl.program_id(1)
-    if c < _n_active(lengths_ptr, row, cols, BLOCK, CE):
-        key1, _ = _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)
-        bsel, above = _largest_bin(tl.load(hist1_ptr + row * H1 + tl.arange(0, H1)), 0, K, H1)
-        if c == 0:
-            tl.store(meta_ptr + row * META + M_BIN, bsel)
-            tl.store(meta_ptr + row * META + M_ABOVE, above)
-        hi = key1 >> 8
-        l = tl.arange(0, H2)
-        h = tl.histogram(key1 & 0xFF, H2, mask=(key1 > 0) & (hi == bsel))
-        tl.atomic_add(hist2_ptr + row * H2 + l, h, mask=h > 0, sem="relaxed")
-        n_gt = tl.sum((hi > bsel).to(tl.int32), axis=0)
-        suf = n_gt + tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # #{key1 >= bsel * 256 + l}
-        tl.store(csuf_ptr + (row.to(tl.int64) * NCH + c) * H2 + l, suf)
-        tl.store(cgt_ptr + row * NCH + c, n_gt)
+def _hist_high(key1, h1_row):
+    h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)
+    tl.atomic_add(h1_row, h, mask=h > 0, sem="relaxed")
 
 
 @triton.jit
-def _radix_write_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr,
-                        out_ptr, stride_x, stride_o, cols, K, NCH: tl.constexpr,
-                        BLOCK: tl.constexpr, CE: tl.constexpr, KP: tl.constexpr):
+def _hist_low(key1, bsel, c, h2_row, csuf_row, cgt_row):
+    """Phase 2 of chunk c: its low-byte histogram inside bin ``bsel`` and its suffix counts."""
+    hi = key1 >> 8
+    h = tl.histogram(key1 & 0xFF, H2, mask=(key1 > 0) & (hi == bsel))
+    tl.atomic_add(h2_row, h, mask=h > 0, sem="relaxed")
+    n_gt = tl.sum((hi > bsel).to(tl.int32), axis=0)
+    suf = n_gt + tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # #{key1 >= bsel * 256 + l}
+    tl.store(csuf_row + c * H2 + tl.arange(0, H2), suf)
+    tl.store(cgt_row + c, n_gt)
+
+
+@triton.jit
+def _write(key1, e, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH: tl.constexpr):
+    """Phase 3 of chunk c: offset and ties before it from the earlier chunks' suffix counts,
+    then its keys > tau and its share of the ties at tau, ascending."""
+    p = tl.arange(0, NCH)
+    before = p < c
+    ge = tl.load(csuf_row + p * H2 + lsel, mask=before, other=0, cache_modifier=".cg")
+    top = lsel == H2 - 1  # the count above tau is then the count above the bin
+    gt = tl.where(top, tl.load(cgt_row + p, mask=before, other=0, cache_modifier=".cg"),
+                  tl.load(csuf_row + p * H2 + lsel + 1, mask=before & (lsel < H2 - 1), other=0,
+                          cache_modifier=".cg"))
+    eq = ge - gt
+    kept = gt + tl.minimum(tl.maximum(ties - (tl.cumsum(eq, axis=0) - eq), 0), eq)
+    tie0 = tl.sum(eq, axis=0)
+    is_eq = ((key1 == tau) & (key1 > 0)).to(tl.int32)
+    keep = (key1 > tau) | ((is_eq == 1) & (tie0 + tl.cumsum(is_eq, axis=0) - is_eq < ties))
+    ki = keep.to(tl.int32)
+    tl.store(o_row + tl.sum(kept, axis=0) + tl.cumsum(ki, axis=0) - ki, e, mask=keep)
+
+
+@triton.jit
+def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr, bar_ptr,
+                  out_ptr, stride_x, stride_o, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
+                  CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr):
+    # Program (row, q) of P = num_programs(1) owns chunks q, q + P, q + 2P, ... of the row: the
+    # first one's keys stay in registers through the phases, later ones are re-read (L2).
     row = tl.program_id(0)
-    c = tl.program_id(1)
-    n_act = _n_active(lengths_ptr, row, cols, BLOCK, CE)
+    q = tl.program_id(1)
+    P = tl.num_programs(1)
+    _, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    n_act = (len_e + CE - 1) // CE
+    m_row = meta_ptr + row * META
+    h1_row = hist1_ptr + row * H1 + tl.arange(0, H1)
+    h2_row = hist2_ptr + row * H2 + tl.arange(0, H2)
+    csuf_row = csuf_ptr + row.to(tl.int64) * (NCH * H2)
+    cgt_row = cgt_ptr + row * NCH
     o_row = out_ptr + row.to(tl.int64) * stride_o
-    if c == 0:  # launch 2, its only reader, is done
-        tl.store(hist1_ptr + row * H1 + tl.arange(0, H1), tl.zeros([H1], tl.int32))
-    if (c < n_act) | (c == 0):
-        above = tl.load(meta_ptr + row * META + M_ABOVE)
-        lsel, greater = _largest_bin(tl.load(hist2_ptr + row * H2 + tl.arange(0, H2)), above,
-                                     K, H2)
-        tau = tl.load(meta_ptr + row * META + M_BIN) * 256 + lsel
-        ties = K - greater  # ties at tau to keep, lowest index first (more than exist: all)
-        # earlier chunks of the row: #{key1 > tau} and #{key1 == tau} from their suffix counts
-        p = tl.arange(0, NCH)
-        before = p < c
-        s_row = csuf_ptr + row.to(tl.int64) * (NCH * H2) + p * H2
-        ge = tl.load(s_row + lsel, mask=before, other=0)
-        gt = tl.where(lsel < H2 - 1, tl.load(s_row + lsel + 1, mask=before & (lsel < H2 - 1),
-                                             other=0),
-                      tl.load(cgt_ptr + row * NCH + p, mask=before, other=0))
-        eq = ge - gt
-        tie_p = tl.cumsum(eq, axis=0) - eq
-        kept = gt + tl.minimum(tl.maximum(ties - tie_p, 0), eq)
-        if c < n_act:
-            off = tl.sum(kept, axis=0)
-            tie0 = tl.sum(eq, axis=0)
-            key1, e = _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)
-            is_eq = ((key1 == tau) & (key1 > 0)).to(tl.int32)
-            keep = (key1 > tau) | ((is_eq == 1) & (tie0 + tl.cumsum(is_eq, axis=0) - is_eq < ties))
-            ki = keep.to(tl.int32)
-            tl.store(o_row + off + tl.cumsum(ki, axis=0) - ki, e, mask=keep)
-        if c == 0:
-            n_eq = tl.sum(tl.where(tl.arange(0, H2) == lsel, tl.load(
-                hist2_ptr + row * H2 + tl.arange(0, H2)), 0), axis=0)
-            total = tl.where(n_act > 0, greater + tl.minimum(n_eq, ties), 0)
+    if PHASE <= 1:
+        if q == 0:  # the previous call's phase 3 read it last
+            tl.store(h2_row, tl.zeros([H2], tl.int32))
+    if q < n_act:
+        key1, e = _chunk_keys(x_ptr, lengths_ptr, row, q, stride_x, cols, BLOCK, CE)
+        if PHASE <= 1:
+            _hist_high(key1, h1_row)
+            c = q + P
+            while c < n_act:
+                _hist_high(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
+                           h1_row)
+                c += P
+        if PHASE == 0:
+            _row_barrier(bar_ptr, row, tl.minimum(n_act, P))
+        if (PHASE == 0) | (PHASE == 2):
+            bsel, above = _largest_bin(tl.load(h1_row, cache_modifier=".cg"), 0, K, H1)
+            if PHASE == 2:
+                if q == 0:
+                    tl.store(m_row + M_BIN, bsel)
+                    tl.store(m_row + M_ABOVE, above)
+            _hist_low(key1, bsel, q, h2_row, csuf_row, cgt_row)
+            c = q + P
+            while c < n_act:
+                _hist_low(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
+                          bsel, c, h2_row, csuf_row, cgt_row)
+                c += P
+        if PHASE == 0:
+            _row_barrier(bar_ptr, row, tl.minimum(n_act, P))
+            if q == 0:  # every program read it before arriving
+                tl.store(h1_row, tl.zeros([H1], tl.int32))
+        if PHASE == 3:
+            bsel = tl.load(m_row + M_BIN)
+            above = tl.load(m_row + M_ABOVE)
+        if (PHASE == 0) | (PHASE == 3):
+            g2 = tl.load(h2_row, cache_modifier=".cg")
+            lsel, greater = _largest_bin(g2, above, K, H2)
+            tau = bsel * 256 + lsel
+            ties = K - greater  # ties at tau to keep, lowest index first (more than exist: all)
+            _write(key1, e, q, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH)
+            c = q + P
+            while c < n_act:
+                k2, e2 = _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)
+                _write(k2, e2, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH)
+                c += P
+            if q == 0:
+                n_eq = tl.sum(tl.where(tl.arange(0, H2) == lsel, g2, 0), axis=0)
+                i = tl.arange(0, KP)
+                tl.store(o_row + i, -1, mask=(i >= greater + tl.minimum(n_eq, ties)) & (i < K))
+    if PHASE == 3:
+        if q == 0:  # phase 2, its last reader, is over
+            tl.store(h1_row, tl.zeros([H1], tl.int32))
+    if (PHASE == 0) | (PHASE == 3):
+        if (q == 0) & (n_act == 0):  # no candidate in the row
             i = tl.arange(0, KP)
-            tl.store(o_row + i, -1, mask=(i >= total) & (i < K))
+            tl.store(o_row + i, -1, mask=i < K)
 
 
-def launch(x16, lengths, out, ws, cfg, k: int) -> None:
-    """Run the three kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols]."""
+_CAPACITY = {}  # (device, block, chunk, k) -> CTAs of the one-launch kernel resident at once
+
+
+def _resident_ctas(kernel, device) -> int:
+    """How many CTAs of a compiled kernel the GPU holds at once (registers, threads, shared
+    memory, the 32-CTA limit per SM, times the SMs)."""
+    kernel._init_handles()
+    props = torch.cuda.get_device_properties(device)
+    threads = kernel.metadata.num_warps * 32
+    regs = -(-max(kernel.n_regs, 1) // 8) * 8 * threads
+    smem = kernel.metadata.shared + 1024  # the driver reserves 1 KB a CTA
+    per_sm = min(props.regs_per_multiprocessor // regs,
+                 props.max_threads_per_multi_processor // threads,
+                 props.shared_memory_per_multiprocessor // smem, 32)
+    return per_sm * props.multi_processor_count
+
+
+def programs_per_row(args, rows, n_chunks, block, ce, k, device) -> int:
+    """Programs a row for the one-launch form: all its chunks, or as many as keep the whole
+    grid resident at once (so no barrier waits on a program that never starts); 0 = use the
+    three launches (interpreter, CPU, or more rows than the GPU holds programs)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return 0
+    key = (device, block, ce, k)
+    if key not in _CAPACITY:
+        compiled = _radix_kernel.warmup(*args, grid=(1, 1), **_consts(block, ce, k, 0))
+        _CAPACITY[key] = _resident_ctas(compiled, device)
+    return min(n_chunks, _CAPACITY[key] // rows)
+
+
+def _consts(block, ce, k, phase) -> dict:
+    return dict(BLOCK=block, CE=ce, KP=triton.next_power_of_2(k), PHASE=phase,
+                num_warps=NUM_WARPS)
+
+
+def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None) -> None:
+    """Run the select: one launch where the grid fits the GPU at once, else three.
+    ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: programs a row of the
+    three-launch form (default: one a chunk; the tests pass fewer to run the chunk loops)."""
     rows, cols = x16.shape
-    grid = (rows, triton.cdiv(triton.cdiv(cols, cfg.block), cfg.rchunk))
-    nch = ws.cgt.shape[1]
-    common = dict(BLOCK=cfg.block, CE=cfg.rchunk, num_warps=4)
-    _radix_hist_kernel[grid](x16, lengths, ws.hist1, ws.hist2, x16.stride(0), cols, **common)
-    _radix_refine_kernel[grid](x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt,
-                               x16.stride(0), cols, k, nch, **common)
-    _radix_write_kernel[grid](x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, out,
-                              x16.stride(0), out.stride(0), cols, k, nch,
-                              KP=triton.next_power_of_2(k), **common)
+    n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.rchunk)
+    args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
+            x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])
+    p = programs_per_row(args, rows, n_chunks, cfg.block, cfg.rchunk, k, x16.device)
+    if p:
+        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, cfg.rchunk, k, 0))
+        return
+    for phase in (1, 2, 3):
+        _radix_kernel[(rows, programs or n_chunks)](
+            *args, **_consts(cfg.block, cfg.rchunk, k, phase))

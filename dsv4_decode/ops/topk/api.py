@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import NSEG, RADIX_CHUNKS, TopkConfig
+from .config import NSEG, TopkConfig
 
 MAX_COLS = 1 << 20
 MAX_K = 2048
@@ -35,13 +35,15 @@ class TopkWorkspace:
     - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
-    Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = RADIX_CHUNKS):
+    Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``):
     - ``hist1`` int32 [rows, 512] / ``hist2`` int32 [rows, 256], zero between calls: the row's
       histograms of ``key1 >> 8`` and of the low byte inside the threshold bin (each re-zeroed
       by a later launch, after its last reader);
     - ``meta`` int32 [rows, 8]: the threshold bin and the count above it;
     - ``csuf`` int32 [rows, C, 256] / ``cgt`` int32 [rows, C]: per chunk, the count of keys at
-      or above each low byte of the threshold bin, and above the bin.
+      or above each low byte of the threshold bin, and above the bin;
+    - ``bar`` int32 [rows, 2], zero at allocation: the one-launch form's barrier per row (an
+      arrival count, 0 between barriers, and a generation that only grows).
     """
 
     cfg: TopkConfig
@@ -61,6 +63,7 @@ class TopkWorkspace:
     meta: torch.Tensor
     csuf: torch.Tensor
     cgt: torch.Tensor
+    bar: torch.Tensor
 
     @property
     def rows(self) -> int:
@@ -75,7 +78,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         make = torch.zeros if zero else torch.empty
         return make(*shape, dtype=torch.int32, device=torch.device(device))
 
-    nch = RADIX_CHUNKS if cfg.rchunk else 0
+    nch = cfg.rchunks
     return TopkWorkspace(
         cfg=cfg, tick=buf(rows, zero=True),
         gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG),
@@ -84,7 +87,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
         scratch=buf(rows, cfg.cap), hist1=buf(rows, 512 if nch else 0, zero=True),
         hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
-        csuf=buf(rows, nch, 256), cgt=buf(rows, nch))
+        csuf=buf(rows, nch, 256), cgt=buf(rows, nch), bar=buf(rows, 2 if nch else 0, zero=True))
 
 
 def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
@@ -199,9 +202,11 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
 
     Args: as ``decode_topk``, with ``n_blocks`` in 1..2048 in place of k and ``block`` a power
     of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,
-    device, block)``. Same graph safety and errors. Three kernel launches: an exact radix
-    select on the block keys (``_radix``: a histogram of the high byte, one of the low byte
-    inside the threshold bin, then the write), each reading the row's valid columns.
+    device, block)``. Same graph safety and errors. An exact radix select on the block keys
+    (``_radix``: a histogram of the high byte, one of the low byte inside the threshold bin,
+    then the write): one launch whose phases meet at per-row barriers where the whole grid fits
+    on the GPU at once (it then needs the GPU's SMs free of other long-running kernels), three
+    launches otherwise.
     """
     _check(logits, lengths, n_blocks, block, out, workspace, "n_blocks")
     return _run(logits, lengths, n_blocks, block, out, workspace)

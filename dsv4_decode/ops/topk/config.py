@@ -17,11 +17,12 @@ def _pow2_at_least(x: int) -> int:
 # mode) so the collect pass re-reads only segments that can hold a candidate.
 NSEG = 16
 
-# Block mode's radix select: columns per chunk (one program each), and chunks a row at 2**20
-# columns. 4,096 columns keep the per-program histograms short (4 blocks of 8 a thread at 4
-# warps) and give 16 programs a row at 1/8 of 2**19 columns.
+# Block mode's radix select: a chunk (one program's share of a row) is RADIX_COLS columns,
+# at most RADIX_ELEMENTS elements. 4,096 columns keep the per-program histograms short (4
+# blocks of 8 a thread at 4 warps) and give 16 programs a row at 1/8 of 2**19 columns; the
+# element cap keeps blocks of 2 and 4 from spilling registers (sm_90 compile test).
 RADIX_COLS = 4096
-RADIX_CHUNKS = (1 << 20) // RADIX_COLS
+RADIX_ELEMENTS = 512
 
 
 def span_log2(rows: int, n_chunks: int) -> int:
@@ -47,9 +48,9 @@ class TopkConfig:
     - ``small`` / ``cap``: candidate-tile sizes of the final selection; more than ``cap``
       candidates takes the exact single-CTA fallback;
     - ``max_chunks``: programs per row of the row-wide passes at 2**20 columns;
-    - ``rchunk``: block mode runs the radix select (``_radix``) with chunks of ``rchunk``
-      elements (4,096 columns: ``RADIX_CHUNKS`` programs a row at 2**20 columns); 0 in plain
-      mode, which runs the four kernels above.
+    - ``rchunk`` / ``rchunks``: block mode runs the radix select (``_radix``) with chunks of
+      ``rchunk`` elements, ``rchunks`` of them a row at 2**20 columns; 0 in plain mode, which
+      runs the four kernels above.
     """
 
     k: int
@@ -62,6 +63,7 @@ class TopkConfig:
     cap: int
     max_chunks: int
     rchunk: int
+    rchunks: int
 
     @staticmethod
     def pick(k: int, block: int = 1) -> TopkConfig:
@@ -71,6 +73,7 @@ class TopkConfig:
         groups = max(_pow2_at_least(3 * k + chunk), 1024)
         target = max(k, min(2 * k, (groups - chunk) // 2))
         small = max(_pow2_at_least(2 * k), 128)
+        rchunk = min(RADIX_COLS // block, RADIX_ELEMENTS) if block > 1 else 0
         return TopkConfig(
             k=k,
             block=block,
@@ -81,5 +84,6 @@ class TopkConfig:
             small=small,
             cap=min(4 * small, 8192),
             max_chunks=512,  # 2**20 columns / 2048 columns per program
-            rchunk=RADIX_COLS // block if block > 1 else 0,
+            rchunk=rchunk,
+            rchunks=(1 << 20) // (block * rchunk) if rchunk else 0,
         )
