@@ -25,7 +25,7 @@ def radix_ws(rows, nch):
         return torch.zeros(*shape, dtype=torch.int32, device="cuda")
 
     return types.SimpleNamespace(hist1=z(rows, 512), hist2=z(rows, 256), meta=z(rows, 8),
-                                 csuf=z(rows, nch, 256), cgt=z(rows, nch), bar=z(rows, 2))
+                                 csuf=z(rows, nch, 256), cgt=z(rows, nch), bar=z(rows, 64))
 
 
 def cell(rows, cols, valid):

@@ -71,21 +71,31 @@ def _largest_bin(g, base, K, NB: tl.constexpr):
 
 
 @triton.jit
-def _row_barrier(bar_ptr, row, n_act):
-    """Wait until the row's n_act active programs have all arrived. ``bar`` [rows, 2]: an
-    arrival count (0 between barriers) and a generation that only grows. Every thread's
+def _load_acquire(ptr):
+    """One gpu-scope acquire load (a plain load that orders what follows, unlike an atomic it
+    does not queue at the L2 behind the other pollers)."""
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr],
+                                     dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _row_barrier(bar_ptr, row, n_arrive):
+    """Wait until the row's n_arrive working programs have all arrived. ``bar`` [rows, 64]: an
+    arrival count at 0 (0 between barriers) and a generation that only grows at 32 (another
+    128-byte line: the pollers' loads do not delay the arrivals' atomics). Every thread's
     atomics and stores before it are visible after it (CTA barrier, then acq_rel / release
     gpu-scope atomics on one side, acquire on the other)."""
     tl.debug_barrier()
-    gen_ptr = bar_ptr + row * 2 + 1
-    gen = tl.atomic_add(gen_ptr, 0, sem="relaxed", scope="gpu")  # read before arriving
-    if tl.atomic_add(bar_ptr + row * 2, 1, sem="acq_rel", scope="gpu") == n_act - 1:
-        tl.atomic_xchg(bar_ptr + row * 2, 0, sem="relaxed", scope="gpu")
+    cnt_ptr = bar_ptr + row * 64
+    gen_ptr = cnt_ptr + 32
+    gen = _load_acquire(gen_ptr)  # read before arriving: it cannot move on without us
+    if tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") == n_arrive - 1:
+        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
         tl.atomic_add(gen_ptr, 1, sem="release", scope="gpu")
     else:
         seen = gen
         while seen == gen:
-            seen = tl.atomic_add(gen_ptr, 0, sem="acquire", scope="gpu")
+            seen = _load_acquire(gen_ptr)
     tl.debug_barrier()
 
 
