@@ -531,8 +531,9 @@ from dsv4_decode.ops.topk import _radix as RX
 for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)
     for phase in range(4):
-        out[f"radix-b{block}-phase{phase}"] = build(RX._radix_kernel, dict(
-            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase), RX.NUM_WARPS)
+        out[f"radix-b{block}-phase{phase}"] = spill_stores(RX._radix_kernel, dict(
+            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase), RX.NUM_WARPS,
+            {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 print(json.dumps(out))
 '''
 

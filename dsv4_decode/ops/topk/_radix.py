@@ -72,30 +72,29 @@ def _largest_bin(g, base, K, NB: tl.constexpr):
 
 @triton.jit
 def _load_acquire(ptr):
-    """One gpu-scope acquire load (a plain load that orders what follows, unlike an atomic it
-    does not queue at the L2 behind the other pollers)."""
-    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr],
-                                     dtype=tl.int32, is_pure=False, pack=1)
+    """One gpu-scope acquire load of an int64 (a plain load that orders what follows)."""
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b64 $0, [$1];", "=l,l", [ptr],
+                                     dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit
 def _row_barrier(bar_ptr, row, n_arrive):
-    """Wait until the row's n_arrive working programs have all arrived. ``bar`` [rows, 64]: an
-    arrival count at 0 (0 between barriers) and a generation that only grows at 32 (another
-    128-byte line: the pollers' loads do not delay the arrivals' atomics). Every thread's
+    """Wait until the row's n_arrive working programs have all arrived. ``bar`` int64
+    [rows, 16] (a 128-byte line a row): word 0 holds the arrival count (low 32 bits, 0 between
+    barriers) and a generation (high bits, only grows). The last to arrive clears the count
+    and bumps the generation in ONE atomic; the others poll with acquire loads. Every thread's
     atomics and stores before it are visible after it (CTA barrier, then acq_rel / release
-    gpu-scope atomics on one side, acquire on the other)."""
+    gpu-scope atomics on one side, acquire loads on the other)."""
     tl.debug_barrier()
-    cnt_ptr = bar_ptr + row * 64
-    gen_ptr = cnt_ptr + 32
-    gen = _load_acquire(gen_ptr)  # read before arriving: it cannot move on without us
-    if tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") == n_arrive - 1:
-        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
-        tl.atomic_add(gen_ptr, 1, sem="release", scope="gpu")
+    w_ptr = bar_ptr + row * 16
+    old = tl.atomic_add(w_ptr, 1, sem="acq_rel", scope="gpu")
+    if (old & 0xFFFFFFFF) == n_arrive - 1:
+        one_gen = tl.full([], 1 << 32, tl.int64)
+        tl.atomic_add(w_ptr, one_gen - n_arrive, sem="release", scope="gpu")
     else:
-        seen = gen
-        while seen == gen:
-            seen = _load_acquire(gen_ptr)
+        gen = old >> 32
+        while (_load_acquire(w_ptr) >> 32) == gen:
+            pass
     tl.debug_barrier()
 
 

@@ -42,8 +42,9 @@ class TopkWorkspace:
     - ``meta`` int32 [rows, 8]: the threshold bin and the count above it;
     - ``csuf`` int32 [rows, C, 256] / ``cgt`` int32 [rows, C]: per chunk, the count of keys at
       or above each low byte of the threshold bin, and above the bin;
-    - ``bar`` int32 [rows, 64], zero at allocation: the one-launch form's barrier per row (an
-      arrival count, 0 between barriers, and 128 bytes further a generation that only grows).
+    - ``bar`` int64 [rows, 16], zero at allocation: the one-launch form's barrier per row
+      (word 0: an arrival count in the low 32 bits, 0 between barriers, and a generation above
+      it that only grows).
     """
 
     cfg: TopkConfig
@@ -74,9 +75,9 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
     """Allocate the scratch for ``rows`` rows, ``k`` selected elements, ``block`` (1 = plain)."""
     cfg = TopkConfig.pick(k, block)
 
-    def buf(*shape, zero=False):
+    def buf(*shape, zero=False, dtype=torch.int32):
         make = torch.zeros if zero else torch.empty
-        return make(*shape, dtype=torch.int32, device=torch.device(device))
+        return make(*shape, dtype=dtype, device=torch.device(device))
 
     nch = cfg.rchunks
     return TopkWorkspace(
@@ -87,7 +88,8 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
         scratch=buf(rows, cfg.cap), hist1=buf(rows, 512 if nch else 0, zero=True),
         hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
-        csuf=buf(rows, nch, 256), cgt=buf(rows, nch), bar=buf(rows, 64 if nch else 0, zero=True))
+        csuf=buf(rows, nch, 256), cgt=buf(rows, nch),
+        bar=buf(rows, 16 if nch else 0, zero=True, dtype=torch.int64))
 
 
 def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
