@@ -23,12 +23,12 @@ K = 512
 
 
 def radix_ws(rows, nch):
-    def z(*shape, dtype=torch.int32):
-        return torch.zeros(*shape, dtype=dtype, device="cuda")
+    def z(*shape):
+        return torch.zeros(*shape, dtype=torch.int32, device="cuda")
 
-    return types.SimpleNamespace(hist1=z(rows, 512), full=z(rows, 257 * 256), meta=z(rows, 8),
-                                 pub=z(rows, nch, dtype=torch.int64),
-                                 bar=z(rows, 16, dtype=torch.int64))
+    return types.SimpleNamespace(hist1=z(rows, 512), hist2=z(rows, 256), meta=z(rows, 8),
+                                 csuf=z(rows, nch, 256), cgt=z(rows, nch),
+                                 bar=torch.zeros(rows, 16, dtype=torch.int64, device="cuda"))
 
 
 def cell(rows, cols, valid):

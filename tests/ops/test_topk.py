@@ -300,13 +300,12 @@ def test_blocks_radix_across_chunks(block, kind, device):
     for _ in range(2):
         decode_topk_blocks(xd, nd, nb, block, out=out, workspace=ws)
         assert torch.equal(out.cpu(), want)
-        assert int(ws.hist1.abs().sum()) == 0 and int(ws.full.abs().sum()) == 0
+        assert int(ws.hist1.abs().sum()) == 0
 
 
 def test_blocks_radix_chunk_loops(device):
     """Fewer programs than chunks (the one-launch form on a full GPU): each program loops over
-    chunks q, q + P, ... (P = 2 and 3; on the CPU through the three-launch form), and the
-    histograms are clean afterwards."""
+    chunks q, q + P, ...; run here through the three-launch form with P = 2 and 3."""
     from dsv4_decode.ops.topk import _radix
     from dsv4_decode.ops.topk.config import RADIX_COLS
 
@@ -319,11 +318,11 @@ def test_blocks_radix_chunk_loops(device):
         want = decode_topk_blocks_ref(x.cpu(), lens.cpu(), nb, 8)
         for programs in (2, 3):
             ws = make_topk_workspace(rows, nb, device, 8)
-            ws.pub.fill_(-7)  # every count read must have been written by this call
+            ws.csuf.fill_(-7)  # every count read must have been written by this call
+            ws.cgt.fill_(-7)
             out = torch.full((rows, nb), -7, dtype=torch.int32, device=device)
             _radix.launch(x.view(torch.int16), lens, out, ws, ws.cfg, nb, programs=programs)
             assert torch.equal(out.cpu(), want)
-            assert int(ws.hist1.abs().sum()) == 0 and int(ws.full.abs().sum()) == 0
 
 
 @pytest.mark.parametrize("bits", [0x3FFD, 0x3FFE])
@@ -534,7 +533,7 @@ for block in (8, 2, 64):
     for phase in range(4):
         out[f"radix-b{block}-phase{phase}"] = spill_stores(RX._radix_kernel, dict(
             NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase), RX.NUM_WARPS,
-            {"x_ptr": "*i16", "bar_ptr": "*i64", "pub_ptr": "*i64"}, default_ptr="*i32")
+            {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 print(json.dumps(out))
 '''
 
@@ -542,11 +541,8 @@ print(json.dumps(out))
 def test_compiles_for_sm90_without_spills():
     """The default paths' kernels go through Triton's whole sm_90 pipeline (TTIR -> PTX ->
     ptxas) without a GPU: the compiler's checks the interpreter skips (types across branches,
-    layouts, reshapes) run here. No register spills, but one bounded: blocks of 2 (not a
-    model shape) poll 1,024 chunks' publications in the one-launch radix kernel (8 int64 a
-    thread on top of its keys)."""
+    layouts, reshapes) run here. No register spills."""
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
-    bound = {k: 0 for k in spills} | {"radix-b2-phase0": 32}
-    assert all(spills[k] <= bound[k] for k in spills), spills
+    assert spills == {k: 0 for k in spills}, spills

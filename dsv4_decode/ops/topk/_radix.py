@@ -7,30 +7,28 @@ chunks q, q + P, ... (P = all the row's chunks where the grid allows), and only 
 *active* chunks (those starting before its length) do any work. All rows at once, every
 length read on the device, three phases:
 
-1. keys of the chunk; the histogram of ``key1 >> 8`` (512 bins: the pinned key 65,537 lands
-   in bin 256) added to the row's ``hist1``, and every key counted in the row's full
-   histogram ``full`` (one bin a key1 value), both with integer atomics.
-2. every program reads ``hist1`` (bin B holding the K-th largest key1) and the 256 bins of
-   ``full`` inside B (tau = 256 B + L, the K-th largest key1; the ties at tau to keep): no
-   single program decides for the others. It publishes each of its chunks' counts of keys
-   > tau and == tau (``pub``).
-3. it sums the counts of the earlier chunks of its row into its output offset and the ties
-   before it (ties go to the lower index), writes its keys > tau and its share of the ties at
-   its offset, ascending; program 0 pads with -1.
+1. key1 of the chunk; the histogram of ``key1 >> 8`` (512 bins: the pinned key 65,537 lands
+   in bin 256) added to the row's ``hist1`` with integer atomics.
+2. every program reads ``hist1`` and finds bin B holding the K-th largest key1 (no single
+   program decides for the others); the 256-bin histogram of the low byte of its keys in bin
+   B, added to ``hist2`` and stored per chunk as suffix counts ``csuf[c, l] = #{key1 >= B * 256
+   + l}`` (``cgt[c] = #{key1 >> 8 > B}``).
+3. every program reads ``hist2``, finds tau = B * 256 + L (the K-th largest key1) and the ties
+   at tau to keep, and gathers two suffix counts per earlier chunk of its row for its output
+   offset and the ties before it (ties go to the lower index). It writes its keys > tau and its
+   share of the ties at its offset, ascending; program 0 of each row pads with -1.
 
 One launch (``PHASE = 0``) whenever every program of the grid can be resident at once (P is
-cut to fit): phases 1 and 2 meet at a barrier among the row's working programs (``bar``), and
-phase 3 waits only for the earlier chunks' publications (tagged with the barrier's generation,
-so an older call's never pass); the first chunk's keys stay in registers. Under the
-interpreter (which runs programs one after another, so nobody could wait for another), on the
-CPU, or with more rows than the GPU holds programs, three launches (``PHASE = 1, 2, 3``;
-phase 2's program 0 passes its decisions to phase 3 through ``meta``). The histograms are
-re-zeroed after their last reader: each program clears the ``full`` bins of its keys outside B
-in phase 2; B's 256 bins and ``hist1`` are cleared by the program of the row's last chunk after
-it saw every publication (one launch) or by phase 3's program 0 (three launches). Fewer than K
-candidates: no bin reaches K, so B = 0 and L = 0, tau = 0 and every candidate (key1 > 0) is
-written. Integer atomics make the histograms order-independent: every call and graph replay
-writes bitwise the same output.
+cut to fit): the phases are separated by a barrier among the row's working programs (an
+arrival counter and a generation word, ``bar``), and the first chunk's keys stay in registers.
+Under the interpreter (which runs programs one after another, so nobody could wait for
+another), on the CPU, or with more rows than the GPU holds programs, three launches
+(``PHASE = 1, 2, 3``) re-read the chunks each phase (from L2) and pass B through ``meta``.
+The histograms are re-zeroed after their last reader: ``hist2`` by program 0 at the
+start of phase 1 (the previous call's phase 3 is over), ``hist1`` by program 0 after phase 2.
+Fewer than K candidates: no bin reaches K, so B = 0 and L = 0, tau = 0 and every candidate
+(key1 > 0) is written. Integer atomics make the histograms order-independent: every call and
+graph replay writes bitwise the same output.
 """
 
 from __future__ import annotations
@@ -45,9 +43,8 @@ from ._triton import _element_keys, _row_length
 
 H1 = tl.constexpr(512)  # bins of key1 >> 8 (0..256)
 H2 = tl.constexpr(256)  # bins of the low byte
-FULL = tl.constexpr(257 * 256)  # bins of the full histogram: B's 256 bins for every B <= 256
-# meta slots per row (three-launch form: phase 2's program 0 -> phase 3)
-M_BIN, M_TAU, M_TIES, M_TOTAL = (tl.constexpr(i) for i in range(4))
+# meta slots per row (three-launch form: phase 2's program 0 -> phase 3): B, count above B
+M_BIN, M_ABOVE = (tl.constexpr(i) for i in range(2))
 META = tl.constexpr(8)
 NUM_WARPS = 4
 
@@ -82,8 +79,7 @@ def _load_acquire(ptr):
 
 @triton.jit
 def _row_barrier(bar_ptr, row, n_arrive):
-    """Wait until the row's n_arrive working programs have all arrived; returns the new
-    generation. ``bar`` int64
+    """Wait until the row's n_arrive working programs have all arrived. ``bar`` int64
     [rows, 16] (a 128-byte line a row): word 0 holds the arrival count (low 32 bits, 0 between
     barriers) and a generation (high bits, only grows). The last to arrive clears the count
     and bumps the generation in ONE atomic; the others poll with acquire loads. Every thread's
@@ -92,67 +88,46 @@ def _row_barrier(bar_ptr, row, n_arrive):
     tl.debug_barrier()
     w_ptr = bar_ptr + row * 16
     old = tl.atomic_add(w_ptr, 1, sem="acq_rel", scope="gpu")
-    gen = old >> 32
     if (old & 0xFFFFFFFF) == n_arrive - 1:
         one_gen = tl.full([], 1 << 32, tl.int64)
         tl.atomic_add(w_ptr, one_gen - n_arrive, sem="release", scope="gpu")
     else:
+        gen = old >> 32
         while (_load_acquire(w_ptr) >> 32) == gen:
             pass
     tl.debug_barrier()
-    return gen + 1
 
 
 @triton.jit
-def _count_keys(key1, h1_row, full_row):
-    """Phase 1 of one chunk: its high-byte histogram and every key into the full histogram."""
+def _hist_high(key1, h1_row):
     h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)
     tl.atomic_add(h1_row, h, mask=h > 0, sem="relaxed")
-    tl.atomic_add(full_row + key1, 1, mask=key1 > 0, sem="relaxed")
 
 
 @triton.jit
-def _threshold(h1_row, full_row, K):
-    """B, tau (the K-th largest key1; 0 when fewer than K candidates), the ties at tau to
-    keep, and the number of outputs, from the row's histograms."""
-    bsel, above = _largest_bin(tl.load(h1_row, cache_modifier=".cg"), 0, K, H1)
-    l = tl.arange(0, H2)
-    g2 = tl.load(full_row + bsel * H2 + l, cache_modifier=".cg")
-    lsel, greater = _largest_bin(g2, above, K, H2)
-    ties = K - greater  # ties at tau to keep, lowest index first (more than exist: all)
-    n_eq = tl.sum(tl.where(l == lsel, g2, 0), axis=0)
-    return bsel, bsel * H2 + lsel, ties, greater + tl.minimum(n_eq, ties)
+def _hist_low(key1, bsel, c, h2_row, csuf_row, cgt_row):
+    """Phase 2 of chunk c: its low-byte histogram inside bin ``bsel`` and its suffix counts."""
+    hi = key1 >> 8
+    h = tl.histogram(key1 & 0xFF, H2, mask=(key1 > 0) & (hi == bsel))
+    tl.atomic_add(h2_row, h, mask=h > 0, sem="relaxed")
+    n_gt = tl.sum((hi > bsel).to(tl.int32), axis=0)
+    suf = n_gt + tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # #{key1 >= bsel * 256 + l}
+    tl.store(csuf_row + c * H2 + tl.arange(0, H2), suf)
+    tl.store(cgt_row + c, n_gt)
 
 
 @triton.jit
-def _publish(key1, bsel, tau, c, tag, full_row, pub_row, PHASE: tl.constexpr):
-    """Phase 2 of chunk c: its counts of keys > tau and == tau, tagged; and its keys' full
-    histogram bins outside B cleared (nobody reads them after phase 1)."""
-    n_gt = tl.sum((key1 > tau).to(tl.int64), axis=0)
-    n_eq = tl.sum(((key1 == tau) & (key1 > 0)).to(tl.int64), axis=0)
-    word = (tag.to(tl.int64) << 32) | (n_gt << 16) | n_eq
-    if PHASE == 0:
-        tl.atomic_xchg(pub_row + c, word, sem="release", scope="gpu")
-    else:
-        tl.store(pub_row + c, word)
-    tl.store(full_row + key1, 0, mask=(key1 > 0) & ((key1 >> 8) != bsel))
-
-
-@triton.jit
-def _write(key1, e, c, tau, ties, tag, pub_row, o_row, NCH: tl.constexpr, PHASE: tl.constexpr):
-    """Phase 3 of chunk c: offset and ties before it from the earlier chunks' counts (one
-    launch: once all carry this call's tag), then its keys > tau and its share of the ties at
-    tau, ascending."""
+def _write(key1, e, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH: tl.constexpr):
+    """Phase 3 of chunk c: offset and ties before it from the earlier chunks' suffix counts,
+    then its keys > tau and its share of the ties at tau, ascending."""
     p = tl.arange(0, NCH)
     before = p < c
-    if PHASE == 0:
-        v = _load_acquire(pub_row + p)
-        while tl.sum((before & ((v >> 32) != tag)).to(tl.int32), axis=0) > 0:
-            v = _load_acquire(pub_row + p)
-    else:
-        v = tl.load(pub_row + p, mask=before, other=0)
-    gt = tl.where(before, (v >> 16) & 0xFFFF, 0).to(tl.int32)
-    eq = tl.where(before, v & 0xFFFF, 0).to(tl.int32)
+    ge = tl.load(csuf_row + p * H2 + lsel, mask=before, other=0, cache_modifier=".cg")
+    top = lsel == H2 - 1  # the count above tau is then the count above the bin
+    gt = tl.where(top, tl.load(cgt_row + p, mask=before, other=0, cache_modifier=".cg"),
+                  tl.load(csuf_row + p * H2 + lsel + 1, mask=before & (lsel < H2 - 1), other=0,
+                          cache_modifier=".cg"))
+    eq = ge - gt
     kept = gt + tl.minimum(tl.maximum(ties - (tl.cumsum(eq, axis=0) - eq), 0), eq)
     tie0 = tl.sum(eq, axis=0)
     is_eq = ((key1 == tau) & (key1 > 0)).to(tl.int32)
@@ -162,8 +137,8 @@ def _write(key1, e, c, tau, ties, tag, pub_row, o_row, NCH: tl.constexpr, PHASE:
 
 
 @triton.jit
-def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, full_ptr, meta_ptr, pub_ptr, bar_ptr, out_ptr,
-                  stride_x, stride_o, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
+def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr, bar_ptr,
+                  out_ptr, stride_x, stride_o, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
                   CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr):
     # Program (row, q) of P = num_programs(1) owns chunks q, q + P, q + 2P, ... of the row: the
     # first one's keys stay in registers through the phases, later ones are re-read (L2).
@@ -174,57 +149,61 @@ def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, full_ptr, meta_ptr, pub_ptr, ba
     n_act = (len_e + CE - 1) // CE
     m_row = meta_ptr + row * META
     h1_row = hist1_ptr + row * H1 + tl.arange(0, H1)
-    full_row = full_ptr + row.to(tl.int64) * FULL
-    pub_row = pub_ptr + row * NCH
+    h2_row = hist2_ptr + row * H2 + tl.arange(0, H2)
+    csuf_row = csuf_ptr + row.to(tl.int64) * (NCH * H2)
+    cgt_row = cgt_ptr + row * NCH
     o_row = out_ptr + row.to(tl.int64) * stride_o
+    if PHASE <= 1:
+        if q == 0:  # the previous call's phase 3 read it last
+            tl.store(h2_row, tl.zeros([H2], tl.int32))
     if q < n_act:
         key1, e = _chunk_keys(x_ptr, lengths_ptr, row, q, stride_x, cols, BLOCK, CE)
         if PHASE <= 1:
-            _count_keys(key1, h1_row, full_row)
+            _hist_high(key1, h1_row)
             c = q + P
             while c < n_act:
-                _count_keys(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
-                            h1_row, full_row)
+                _hist_high(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
+                           h1_row)
                 c += P
-        tag = n_act * 0
         if PHASE == 0:
-            tag = _row_barrier(bar_ptr, row, tl.minimum(n_act, P)).to(tl.int32)
+            _row_barrier(bar_ptr, row, tl.minimum(n_act, P))
         if (PHASE == 0) | (PHASE == 2):
-            bsel, tau, ties, total = _threshold(h1_row, full_row, K)
+            bsel, above = _largest_bin(tl.load(h1_row, cache_modifier=".cg"), 0, K, H1)
             if PHASE == 2:
                 if q == 0:
                     tl.store(m_row + M_BIN, bsel)
-                    tl.store(m_row + M_TAU, tau)
-                    tl.store(m_row + M_TIES, ties)
-                    tl.store(m_row + M_TOTAL, total)
-            _publish(key1, bsel, tau, q, tag, full_row, pub_row, PHASE)
+                    tl.store(m_row + M_ABOVE, above)
+            _hist_low(key1, bsel, q, h2_row, csuf_row, cgt_row)
             c = q + P
             while c < n_act:
-                _publish(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
-                         bsel, tau, c, tag, full_row, pub_row, PHASE)
+                _hist_low(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
+                          bsel, c, h2_row, csuf_row, cgt_row)
                 c += P
+        if PHASE == 0:
+            _row_barrier(bar_ptr, row, tl.minimum(n_act, P))
+            if q == 0:  # every program read it before arriving
+                tl.store(h1_row, tl.zeros([H1], tl.int32))
         if PHASE == 3:
             bsel = tl.load(m_row + M_BIN)
-            tau = tl.load(m_row + M_TAU)
-            ties = tl.load(m_row + M_TIES)
-            total = tl.load(m_row + M_TOTAL)
+            above = tl.load(m_row + M_ABOVE)
         if (PHASE == 0) | (PHASE == 3):
-            _write(key1, e, q, tau, ties, tag, pub_row, o_row, NCH, PHASE)
+            g2 = tl.load(h2_row, cache_modifier=".cg")
+            lsel, greater = _largest_bin(g2, above, K, H2)
+            tau = bsel * 256 + lsel
+            ties = K - greater  # ties at tau to keep, lowest index first (more than exist: all)
+            _write(key1, e, q, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH)
             c = q + P
-            last = q
             while c < n_act:
                 k2, e2 = _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)
-                _write(k2, e2, c, tau, ties, tag, pub_row, o_row, NCH, PHASE)
-                last = c
+                _write(k2, e2, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH)
                 c += P
             if q == 0:
+                n_eq = tl.sum(tl.where(tl.arange(0, H2) == lsel, g2, 0), axis=0)
                 i = tl.arange(0, KP)
-                tl.store(o_row + i, -1, mask=(i >= total) & (i < K))
-            # B's bins and hist1 once nobody reads them: after the row's last chunk saw every
-            # publication (one launch), in phase 3 (three launches)
-            if tl.where(PHASE == 0, last == n_act - 1, q == 0):
-                tl.store(full_row + bsel * H2 + tl.arange(0, H2), tl.zeros([H2], tl.int32))
-                tl.store(h1_row, tl.zeros([H1], tl.int32))
+                tl.store(o_row + i, -1, mask=(i >= greater + tl.minimum(n_eq, ties)) & (i < K))
+    if PHASE == 3:
+        if q == 0:  # phase 2, its last reader, is over
+            tl.store(h1_row, tl.zeros([H1], tl.int32))
     if (PHASE == 0) | (PHASE == 3):
         if (q == 0) & (n_act == 0):  # no candidate in the row
             i = tl.arange(0, KP)
@@ -268,13 +247,16 @@ def _consts(block, ce, k, phase) -> dict:
 
 def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None) -> None:
     """Run the select: one launch where the grid fits the GPU at once, else three.
-    ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
-    programs a row (the tests pass fewer than the chunks to run the chunk loops)."""
+    ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: programs a row of the
+    three-launch form (default: one a chunk; the tests pass fewer to run the chunk loops)."""
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.rchunk)
-    args = (x16, lengths, ws.hist1, ws.full, ws.meta, ws.pub, ws.bar, out, x16.stride(0),
-            out.stride(0), cols, k, ws.pub.shape[1])
-    fused = programs_per_row(args, rows, n_chunks, cfg.block, cfg.rchunk, k, x16.device)
-    p = min(fused or n_chunks, programs or n_chunks)
-    for phase in (0,) if fused else (1, 2, 3):
-        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, cfg.rchunk, k, phase))
+    args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
+            x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])
+    p = programs_per_row(args, rows, n_chunks, cfg.block, cfg.rchunk, k, x16.device)
+    if p:
+        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, cfg.rchunk, k, 0))
+        return
+    for phase in (1, 2, 3):
+        _radix_kernel[(rows, programs or n_chunks)](
+            *args, **_consts(cfg.block, cfg.rchunk, k, phase))

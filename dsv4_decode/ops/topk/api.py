@@ -36,12 +36,12 @@ class TopkWorkspace:
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
     Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``):
-    - ``hist1`` int32 [rows, 512] / ``full`` int32 [rows, 257 * 256], zero between calls: the
-      row's histograms of ``key1 >> 8`` and of key1 itself (the kernel re-zeroes the bins it
-      touched after their last reader);
-    - ``meta`` int32 [rows, 8]: B, tau, ties kept, total written (three-launch form);
-    - ``pub`` int64 [rows, C]: per chunk, its counts of keys > tau and == tau, tagged with the
-      call's barrier generation;
+    - ``hist1`` int32 [rows, 512] / ``hist2`` int32 [rows, 256], zero between calls: the row's
+      histograms of ``key1 >> 8`` and of the low byte inside the threshold bin (each re-zeroed
+      by a later launch, after its last reader);
+    - ``meta`` int32 [rows, 8]: the threshold bin and the count above it;
+    - ``csuf`` int32 [rows, C, 256] / ``cgt`` int32 [rows, C]: per chunk, the count of keys at
+      or above each low byte of the threshold bin, and above the bin;
     - ``bar`` int64 [rows, 16], zero at allocation: the one-launch form's barrier per row
       (word 0: an arrival count in the low 32 bits, 0 between barriers, and a generation above
       it that only grows).
@@ -60,9 +60,10 @@ class TopkWorkspace:
     cc: torch.Tensor
     scratch: torch.Tensor
     hist1: torch.Tensor
-    full: torch.Tensor
+    hist2: torch.Tensor
     meta: torch.Tensor
-    pub: torch.Tensor
+    csuf: torch.Tensor
+    cgt: torch.Tensor
     bar: torch.Tensor
 
     @property
@@ -86,8 +87,8 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
         scratch=buf(rows, cfg.cap), hist1=buf(rows, 512 if nch else 0, zero=True),
-        full=buf(rows, 257 * 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
-        pub=buf(rows, nch, dtype=torch.int64),
+        hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
+        csuf=buf(rows, nch, 256), cgt=buf(rows, nch),
         bar=buf(rows, 16 if nch else 0, zero=True, dtype=torch.int64))
 
 
