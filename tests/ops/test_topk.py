@@ -305,7 +305,7 @@ def test_blocks_radix_across_chunks(block, kind, device):
 
 def test_blocks_radix_chunk_loops(device):
     """Fewer programs than chunks (the one-launch form on a full GPU): each program loops over
-    chunks q, q + P, ...; run here through the three-launch form with P = 2 and 3."""
+    chunks q, q + P, ... (P = 2 and 3; on the CPU through the three-launch form)."""
     from dsv4_decode.ops.topk import _radix
     from dsv4_decode.ops.topk.config import RADIX_COLS
 
@@ -323,6 +323,7 @@ def test_blocks_radix_chunk_loops(device):
             out = torch.full((rows, nb), -7, dtype=torch.int32, device=device)
             _radix.launch(x.view(torch.int16), lens, out, ws, ws.cfg, nb, programs=programs)
             assert torch.equal(out.cpu(), want)
+            assert int(ws.hist1.abs().sum()) == 0
 
 
 @pytest.mark.parametrize("bits", [0x3FFD, 0x3FFE])

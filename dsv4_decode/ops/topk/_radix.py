@@ -247,16 +247,13 @@ def _consts(block, ce, k, phase) -> dict:
 
 def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None) -> None:
     """Run the select: one launch where the grid fits the GPU at once, else three.
-    ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: programs a row of the
-    three-launch form (default: one a chunk; the tests pass fewer to run the chunk loops)."""
+    ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
+    programs a row (the tests pass fewer than the chunks to run the chunk loops)."""
     rows, cols = x16.shape
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.rchunk)
     args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
             x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])
-    p = programs_per_row(args, rows, n_chunks, cfg.block, cfg.rchunk, k, x16.device)
-    if p:
-        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, cfg.rchunk, k, 0))
-        return
-    for phase in (1, 2, 3):
-        _radix_kernel[(rows, programs or n_chunks)](
-            *args, **_consts(cfg.block, cfg.rchunk, k, phase))
+    fused = programs_per_row(args, rows, n_chunks, cfg.block, cfg.rchunk, k, x16.device)
+    p = min(fused or n_chunks, programs or n_chunks)
+    for phase in (0,) if fused else (1, 2, 3):
+        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, cfg.rchunk, k, phase))
