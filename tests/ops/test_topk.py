@@ -301,6 +301,9 @@ def test_blocks_radix_across_chunks(block, kind, device):
         decode_topk_blocks(xd, nd, nb, block, out=out, workspace=ws)
         assert torch.equal(out.cpu(), want)
         assert int(ws.hist1.abs().sum()) == 0
+    for r in (0, 3, 5, 6):  # a single row runs chunks of half the size (5: the full row)
+        got = decode_topk_blocks(xd[r:r + 1], nd[r:r + 1], nb, block)
+        assert torch.equal(got.cpu(), want[r:r + 1])
 
 
 def test_blocks_radix_chunk_loops(device):
@@ -534,6 +537,9 @@ for block in (8, 2, 64):
     for phase in range(4):
         out[f"radix-b{block}-phase{phase}"] = spill_stores(RX._radix_kernel, dict(
             NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase), RX.NUM_WARPS,
+            {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
+    out[f"radix-b{block}-one-row"] = spill_stores(RX._radix_kernel, dict(
+            NCH=c.rchunks, BLOCK=block, CE=c.rchunk // 2, KP=2048, PHASE=0), RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 print(json.dumps(out))
 '''

@@ -250,10 +250,11 @@ def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None) -> N
     ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
     programs a row (the tests pass fewer than the chunks to run the chunk loops)."""
     rows, cols = x16.shape
-    n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.rchunk)
+    ce = cfg.rchunk // 2 if rows == 1 else cfg.rchunk  # config.RADIX_COLS: measured
+    n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), ce)
     args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
             x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])
-    fused = programs_per_row(args, rows, n_chunks, cfg.block, cfg.rchunk, k, x16.device)
+    fused = programs_per_row(args, rows, n_chunks, cfg.block, ce, k, x16.device)
     p = min(fused or n_chunks, programs or n_chunks)
     for phase in (0,) if fused else (1, 2, 3):
-        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, cfg.rchunk, k, phase))
+        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, ce, k, phase))

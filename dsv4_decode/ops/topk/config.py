@@ -18,9 +18,11 @@ def _pow2_at_least(x: int) -> int:
 NSEG = 16
 
 # Block mode's radix select: a chunk (one program's share of a row) is RADIX_COLS columns,
-# at most RADIX_ELEMENTS elements. 4,096 columns keep the per-program histograms short (4
-# blocks of 8 a thread at 4 warps) and give 16 programs a row at 1/8 of 2**19 columns; the
-# element cap keeps blocks of 2 and 4 from spilling registers (sm_90 compile test).
+# at most RADIX_ELEMENTS elements; half that for a single row (more programs for the one row:
+# measured on the H200, session 6 run 7, 1 x 1M 1/8: 8.64 us against 9.37; from 6 rows the
+# larger chunks win, 12 x 1M 13.50 against 16.63). 4,096 columns keep the per-program
+# histograms short (4 blocks of 8 a thread at 4 warps); the element cap keeps blocks of 2 and
+# 4 from spilling registers (sm_90 compile test).
 RADIX_COLS = 4096
 RADIX_ELEMENTS = 512
 
@@ -49,8 +51,8 @@ class TopkConfig:
       candidates takes the exact single-CTA fallback;
     - ``max_chunks``: programs per row of the row-wide passes at 2**20 columns;
     - ``rchunk`` / ``rchunks``: block mode runs the radix select (``_radix``) with chunks of
-      ``rchunk`` elements, ``rchunks`` of them a row at 2**20 columns; 0 in plain mode, which
-      runs the four kernels above.
+      ``rchunk`` elements (``rchunk // 2`` for a single row); ``rchunks`` bounds the chunks a
+      row at 2**20 columns; 0 in plain mode, which runs the four kernels above.
     """
 
     k: int
@@ -85,5 +87,5 @@ class TopkConfig:
             cap=min(4 * small, 8192),
             max_chunks=512,  # 2**20 columns / 2048 columns per program
             rchunk=rchunk,
-            rchunks=(1 << 20) // (block * rchunk) if rchunk else 0,
+            rchunks=2 * (1 << 20) // (block * rchunk) if rchunk else 0,
         )
