@@ -206,9 +206,10 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
     of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,
     device, block)``. Same graph safety and errors. An exact radix select on the block keys
     (``_radix``: a histogram of the high byte, one of the low byte inside the threshold bin,
-    then the write): one launch whose phases meet at per-row barriers where the whole grid fits
-    on the GPU at once (it then needs the GPU's SMs free of other long-running kernels), three
-    launches otherwise.
+    then the write) in one launch whose phases meet at per-row barriers, sized so the whole
+    grid fits on the GPU at once (a kernel beside it on another stream can delay it, not block
+    it, unless that kernel waits for this one); three launches under the interpreter or with
+    more rows than the GPU holds programs.
     """
     _check(logits, lengths, n_blocks, block, out, workspace, "n_blocks")
     return _run(logits, lengths, n_blocks, block, out, workspace)
