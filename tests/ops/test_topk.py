@@ -379,6 +379,19 @@ def test_bad_arguments(device):
 
 # ---------------------------------------------------------------- production shapes (GPU)
 
+def replay_alternating(call, x_s, n_s, out, inputs, want) -> None:
+    """Capture ``call`` (reading x_s / n_s, writing out) once, replay it 500 times with the two
+    input sets of ``inputs`` copied in by turns: each answer must equal ``want`` bitwise."""
+    graph = capture(call)
+    for i in range(500):
+        x, n = inputs[i % 2]
+        x_s.copy_(x)
+        n_s.copy_(n)
+        out.fill_(-7)
+        graph.replay()
+        assert torch.equal(out, want[i % 2]), f"replay {i}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [512, 2048])
 @pytest.mark.parametrize("rows", [2, 8])
@@ -394,14 +407,8 @@ def test_gpu_graph_replay_bitwise(rows, k):
     x_s, n_s = inputs[0][0].clone(), inputs[0][1].clone()
     out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
     ws = make_topk_workspace(rows, k, "cuda")
-    graph = capture(lambda: decode_topk(x_s, n_s, k, out=out, workspace=ws))
-    for i in range(500):
-        x, n = inputs[i % 2]
-        x_s.copy_(x)
-        n_s.copy_(n)
-        out.fill_(-7)
-        graph.replay()
-        assert torch.equal(out, want[i % 2]), f"replay {i}"
+    replay_alternating(lambda: decode_topk(x_s, n_s, k, out=out, workspace=ws), x_s, n_s, out,
+                       inputs, want)
 
 
 @pytest.mark.gpu
@@ -417,14 +424,8 @@ def test_gpu_blocks_graph_replay_bitwise():
     x_s, n_s = inputs[0][0].clone(), inputs[0][1].clone()
     out = torch.empty(rows, nb, dtype=torch.int32, device="cuda")
     ws = make_topk_workspace(rows, nb, "cuda", 8)
-    graph = capture(lambda: decode_topk_blocks(x_s, n_s, nb, 8, out=out, workspace=ws))
-    for i in range(500):
-        x, n = inputs[i % 2]
-        x_s.copy_(x)
-        n_s.copy_(n)
-        out.fill_(-7)
-        graph.replay()
-        assert torch.equal(out, want[i % 2]), f"replay {i}"
+    replay_alternating(lambda: decode_topk_blocks(x_s, n_s, nb, 8, out=out, workspace=ws), x_s,
+                       n_s, out, inputs, want)
 
 
 @pytest.mark.gpu
