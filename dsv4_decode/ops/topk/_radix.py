@@ -19,8 +19,9 @@ length read on the device, three phases:
    share of the ties at its offset, ascending; program 0 of each row pads with -1.
 
 One launch (``PHASE = 0``) whenever every program of the grid can be resident at once (P is
-cut to fit): the phases are separated by a barrier among the row's working programs (an
-arrival counter and a generation word, ``bar``), and the first chunk's keys stay in registers.
+cut to fit): the phases are separated by a barrier among the row's working programs (``bar``:
+one int64 word a row, arrival count and generation), and the first chunk's keys stay in
+registers. A single row runs chunks of half the size (``config.RADIX_COLS``).
 Under the interpreter (which runs programs one after another, so nobody could wait for
 another), on the CPU, or with more rows than the GPU holds programs, three launches
 (``PHASE = 1, 2, 3``) re-read the chunks each phase (from L2) and pass B through ``meta``.

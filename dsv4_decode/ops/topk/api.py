@@ -35,11 +35,12 @@ class TopkWorkspace:
     - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
-    Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``):
+    Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``;
+    block mode itself leaves the buffers above to the benchmark's ``ours_pipeline``):
     - ``hist1`` int32 [rows, 512] / ``hist2`` int32 [rows, 256], zero between calls: the row's
       histograms of ``key1 >> 8`` and of the low byte inside the threshold bin (each re-zeroed
       by a later launch, after its last reader);
-    - ``meta`` int32 [rows, 8]: the threshold bin and the count above it;
+    - ``meta`` int32 [rows, 8]: the threshold bin and the count above it (three-launch form);
     - ``csuf`` int32 [rows, C, 256] / ``cgt`` int32 [rows, C]: per chunk, the count of keys at
       or above each low byte of the threshold bin, and above the bin;
     - ``bar`` int64 [rows, 16], zero at allocation: the one-launch form's barrier per row
