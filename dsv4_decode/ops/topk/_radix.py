@@ -211,7 +211,7 @@ def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, 
             tl.store(o_row + i, -1, mask=i < K)
 
 
-_CAPACITY = {}  # (device, block, chunk, k) -> CTAs of the one-launch kernel resident at once
+_CAPACITY = {}  # compiled variant of the one-launch kernel -> its CTAs resident at once
 
 
 def _resident_ctas(kernel, device) -> int:
@@ -234,7 +234,8 @@ def programs_per_row(args, rows, n_chunks, block, ce, k, device) -> int:
     three launches (interpreter, CPU, or more rows than the GPU holds programs)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return 0
-    key = (device, block, ce, k)
+    # Triton compiles one variant per multiple-of-16 pattern of the integer arguments
+    key = (device, block, ce, k) + tuple(a % 16 == 0 for a in args if isinstance(a, int))
     if key not in _CAPACITY:
         compiled = _radix_kernel.warmup(*args, grid=(1, 1), **_consts(block, ce, k, 0))
         _CAPACITY[key] = _resident_ctas(compiled, device)
