@@ -40,7 +40,7 @@ def cell(rows, cols, valid):
     for ce in (1024, 2048, 4096):
         nch = triton.next_power_of_2(triton.cdiv(cols, ce))
         rws = radix_ws(rows, nch)
-        cfg = types.SimpleNamespace(block=1, rchunk=ce * (2 if rows == 1 else 1))  # ce columns
+        cfg = types.SimpleNamespace(block=1, radix_chunk=lambda rows, ce=ce: ce)
         got = torch.empty_like(out)
         _radix.launch(xs[0].view(torch.int16), lens, got, rws, cfg, K)
         ok = torch.equal(got, decode_topk(xs[0], lens, K))

@@ -540,7 +540,7 @@ for block in (8, 2, 64):
             NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase), RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
     out[f"radix-b{block}-one-row"] = spill_stores(RX._radix_kernel, dict(
-            NCH=c.rchunks, BLOCK=block, CE=c.rchunk // 2, KP=2048, PHASE=0), RX.NUM_WARPS,
+            NCH=c.rchunks, BLOCK=block, CE=c.radix_chunk(1), KP=2048, PHASE=0), RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 print(json.dumps(out))
 '''

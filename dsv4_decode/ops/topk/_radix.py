@@ -252,7 +252,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None) -> N
     ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
     programs a row (the tests pass fewer than the chunks to run the chunk loops)."""
     rows, cols = x16.shape
-    ce = cfg.rchunk // 2 if rows == 1 else cfg.rchunk  # config.RADIX_COLS: measured
+    ce = cfg.radix_chunk(rows)
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), ce)
     args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
             x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])

@@ -89,3 +89,7 @@ class TopkConfig:
             rchunk=rchunk,
             rchunks=2 * (1 << 20) // (block * rchunk) if rchunk else 0,
         )
+
+    def radix_chunk(self, rows: int) -> int:
+        """Elements a chunk of the radix select for ``rows`` rows (see RADIX_COLS)."""
+        return self.rchunk // 2 if rows == 1 else self.rchunk
