@@ -543,15 +543,12 @@ print(json.dumps(out))
 def test_compiles_for_sm90_without_spills():
     """Every kernel at its production configs goes through Triton's whole sm_90 pipeline
     (TTIR -> PTX -> ptxas) without a GPU: the compiler's own checks, which the interpreter
-    skips, run here. No register spills, except two found in session 5 once the build took
-    the row strides as multiples of 16 (as every launch does): before that this test compiled
-    a generic build and saw none. Both were in every measured run since round 2 and are
-    bounded here: split-8 W1|W3 under its 128-register cap (20 B) and the router logits
-    tile of > 32 rows (8 B)."""
+    skips, run here. No register spills, except one found in session 5 once the build took
+    the row strides as multiples of 16 (as every launch does), in every measured run since
+    round 2 and bounded here: the router logits tile of > 32 rows (8 B). (The split-8 W1|W3
+    spill of 20 B went in session 7 with the one-tile gate|up step.)"""
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
-    for name in [k for k in spills if k.startswith("up-") and k.endswith("-S8")]:
-        assert spills.pop(name) <= 20, name
     assert spills.pop("logits-48") <= 8
     assert spills == {k: 0 for k in spills}, spills

@@ -243,16 +243,17 @@ def _halves(bits, INTERPRETER: tl.constexpr):
 
 
 @triton.jit
-def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
+def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
              n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
-    """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
+    """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` (int32 words
-    ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; the result is 2^-63 times the true
+    ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; ``wrows`` (``[BN]``, any rows) are
+    the weight rows of the tile, ``n_ok`` masks them. The result is 2^-63 times the true
     product (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact
     scale product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
     BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
-    q = tl.load(w_ptr + offs_n[:, None] * (K // 8) + offs_w[None, :], mask=n_ok[:, None],
+    q = tl.load(w_ptr + wrows[:, None] * (K // 8) + offs_w[None, :], mask=n_ok[:, None],
                 other=0)
     l0, h0 = _halves(q & _M2, INTERPRETER)
     l1, h1 = _halves((q << 3) & _M2, INTERPRETER)
@@ -263,7 +264,9 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     w = tl.join(tl.join(tl.join(l0, l1), tl.join(l2, l3)),
                 tl.join(tl.join(h0, h1), tl.join(h2, h3)))
     offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
-    ws = tl.load(s_ptr + offs_n[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
+    # the [BN, BK/b] byte tile streams (cp.async) only from 4 bytes a thread: BN * BK/b >=
+    # 4 x the CTA's threads (why W1|W3 takes its gate and up rows in one tile)
+    ws = tl.load(s_ptr + wrows[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
                  mask=n_ok[:, None], other=127).to(tl.int32)
     sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
     w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
@@ -287,22 +290,29 @@ def _ue8m0_to_f32(s):
 
 
 @triton.jit
-def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, offs_n,
-             n_ok, BLOCK_K: tl.constexpr):
-    """``acc [BN, BM] += W[offs_n, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
+def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
+             n_ok, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+    """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``) for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block
-    (``[ceil(N/32), K/32]``), applied to each 32-deep partial product."""
-    for kk in tl.static_range(BLOCK_K // 32):
-        offs_k = it * BLOCK_K + kk * 32 + tl.arange(0, 32)
-        xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
-                     other=0.0)
-        wt = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None],
-                     other=0.0)
-        s = tl.load(s_ptr + (offs_n // 32) * (K // 32) + it * (BLOCK_K // 32) + kk, mask=n_ok,
-                    other=0)
-        part = tl.dot(wt.to(tl.bfloat16), xt)
-        acc += part * _ue8m0_to_f32(s)[:, None]
-    return acc
+    (``[ceil(N/32), K/32]``). The scale multiplies the weights before the dot: e4m3 x 2^j
+    is exact in bf16, so the tile is the dequantised weights exactly (in fp32 under the
+    interpreter, whose bf16 arithmetic works on raw bit patterns); the step's scales are one
+    ``[BN, BK/32]`` byte tile (4 bytes a thread at W1|W3's 64 rows: cp.async)."""
+    BN: tl.constexpr = acc.shape[0]
+    offs_k = it * BLOCK_K + tl.arange(0, BLOCK_K)
+    xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
+                 other=0.0)
+    wt = tl.load(w_ptr + wrows[:, None] * K + offs_k[None, :], mask=n_ok[:, None], other=0.0)
+    offs_s = it * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
+    s = tl.load(s_ptr + (wrows // 32)[:, None] * (K // 32) + offs_s[None, :], mask=n_ok[:, None],
+                other=127)
+    wt = wt.reshape(BN, BLOCK_K // 32, 32)
+    if INTERPRETER:
+        w = (wt.to(tl.float32) * _ue8m0_to_f32(s)[:, :, None]).to(tl.bfloat16)
+    else:
+        sc = (s.to(tl.int16) << 7).to(tl.bfloat16, bitcast=True)  # 2^(s-127)
+        w = wt.to(tl.bfloat16) * sc[:, :, None]
+    return tl.dot(w.reshape(BN, BLOCK_K), xt, acc)
 
 
 # --------------------------------------------------------------------------- experts
@@ -375,16 +385,21 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     as the MMA's M side: few rows per tile)."""
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(0) % SPLIT
-    offs_n = (tl.program_id(0) // SPLIT) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n0 = (tl.program_id(0) // SPLIT) * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
     n_ok = offs_n < I
+    # one tile of 2 x BLOCK_N weight rows: W1's n0.. then W3's (rows I + n0..), so each step is
+    # one dot, one x tile, and a scale tile of 4+ bytes a thread (see _mx4_dot)
+    offs_r = tl.arange(0, 2 * BLOCK_N)
+    wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
+    r_ok = n0 + offs_r % BLOCK_N < I
     offs_m = tl.arange(0, BLOCK_M)
     n_rows = N_ENTRIES + T
     # K chunk pid_s: steps it0 .. it0 + STEPS - 1 (a constant trip count; D % (SPLIT * BLOCK_K)
     # == 0, checked by the caller)
     STEPS: tl.constexpr = D // (SPLIT * BLOCK_K)
     it0 = pid_s * STEPS
-    acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
@@ -392,30 +407,30 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
             ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
-            wg = w13_ptr + e * (2 * I) * (D // 8)
-            sg = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
-            wu = wg + I * (D // 8)
-            su = sg + I * (D // SCALE_BLOCK)
+            w = w13_ptr + e * (2 * I) * (D // 8)
+            s = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
             for j in range(STEPS):
-                it = it0 + j
-                acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, wg, sg, offs_n, n_ok,
-                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
-                acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, wu, su, offs_n, n_ok,
-                                 SCALE_BLOCK, BLOCK_K, INTERPRETER)
-            _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
-                      h_ptr, gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
+                acc = _mx4_dot(acc, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, wrows, r_ok,
+                               SCALE_BLOCK, BLOCK_K, INTERPRETER)
+            acc_g, acc_u = _gate_up(acc * _POW63)
+            _up_store(acc_g, acc_u, tl.where(ok, ent, 0), ok, offs_n, n_ok, h_ptr, gu_ptr,
+                      tick_ptr, pid_s, n_rows, I, SPLIT)
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
-        ssu = ss13_ptr + (I // 32) * (D // 32)
         for j in range(STEPS):
-            it = it0 + j
-            acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it, D, sw13_ptr, ss13_ptr,
-                             offs_n, n_ok, BLOCK_K)
-            acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it, D, sw13_ptr + I * D, ssu,
-                             offs_n, n_ok, BLOCK_K)
+            acc = _fp8_dot(acc, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr, ss13_ptr,
+                           wrows, r_ok, BLOCK_K, INTERPRETER)
+        acc_g, acc_u = _gate_up(acc)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
                   gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
+
+
+@triton.jit
+def _gate_up(acc):
+    """``[2N, M]`` -> its first and last N rows (the gate's and the up projection's)."""
+    N: tl.constexpr = acc.shape[0] // 2
+    return tl.split(acc.reshape(2, N, acc.shape[1]).permute(1, 2, 0))
 
 
 @triton.jit
@@ -455,7 +470,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
         for it in range(I // BLOCK_K):
             acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
-                           BLOCK_K)
+                           BLOCK_K, INTERPRETER)
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
     if COMBINE:
