@@ -29,6 +29,7 @@ from dsv4_decode.ops.moe import (
     route,
     route_ref,
 )
+from dsv4_decode.ops.moe import api as moe_api
 from dsv4_decode.ops.moe.api import max_tiles
 
 # --------------------------------------------------------------------------- helpers
@@ -198,14 +199,21 @@ def cpu_experts():
     return make_experts(E, D, I, "cpu", torch.Generator().manual_seed(0))
 
 
-def cpu_config(split):
-    """The interpreter's tiles with W1|W3 split K (``split`` chunks of D = 128)."""
-    return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4, up_split=split)
+def cpu_config(split, join=True):
+    """The interpreter's tiles with W1|W3 split K (``split`` chunks of D = 128). ``join``:
+    W1's and W3's rows in one tile a step (``api._join_gate_up`` decides it from the tile
+    and the warps; the interpreter ignores both otherwise). Apart: 128-row tiles (I = 64, so
+    half the rows are masked) and 1 warp."""
+    cfg = MoEConfig(up_n=32 if join else 128, up_k=128, down_n=64, down_k=64,
+                    num_warps=4 if join else 1, up_split=split)
+    assert moe_api._join_gate_up(cfg, moe_api._k_step(128, D // split), 32) == join
+    return cfg
 
 
+@pytest.mark.parametrize("join", [True, False])
 @pytest.mark.parametrize("split", [1, 4])
 @pytest.mark.parametrize("case", ["random", "same", "distinct", "padding"])
-def test_experts_match_ref(device, cpu_experts, case, split):
+def test_experts_match_ref(device, cpu_experts, case, split, join):
     gen = torch.Generator().manual_seed(len(case))
     rows, k = 4, 2
     ids = {"random": random_ids, "same": same_ids, "distinct": distinct_ids,
@@ -217,7 +225,7 @@ def test_experts_match_ref(device, cpu_experts, case, split):
     weights = tuple(t.to(device) if torch.is_tensor(t) else t for t in cpu_experts[:4]) + (
         tuple(t.to(device) for t in cpu_experts[4]),)
     r = build_routing(ids.to(device), w.to(device), E)
-    y = run_experts(x, r, weights, config=cpu_config(split))
+    y = run_experts(x, r, weights, config=cpu_config(split, join))
     check_close(y, ref_experts(x, r, weights))
 
 
@@ -510,8 +518,10 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
         cfgs.append(("d64", dataclasses.replace(cfgs[0][1], down_n=64)))
     for name, cfg in cfgs:
         s = cfg.up_split
+        bk = api._k_step(cfg.up_k, D // s)
         const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.up_n,
-                     BLOCK_K=api._k_step(cfg.up_k, D // s), SPLIT=s, INTERPRETER=False)
+                     BLOCK_K=bk, SPLIT=s, JOIN=api._join_gate_up(cfg, bk, 32),
+                     INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
         if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without

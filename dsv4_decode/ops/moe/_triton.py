@@ -291,28 +291,52 @@ def _ue8m0_to_f32(s):
 
 @triton.jit
 def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
-             n_ok, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+             n_ok, BLOCK_K: tl.constexpr):
+    """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
+    ``K % BK == 0``) for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block
+    (``[ceil(N/32), K/32]``), applied to each 32-deep partial product in fp32."""
+    for kk in tl.static_range(BLOCK_K // 32):
+        offs_k = it * BLOCK_K + kk * 32 + tl.arange(0, 32)
+        xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
+                     other=0.0)
+        wt = tl.load(w_ptr + wrows[:, None] * K + offs_k[None, :], mask=n_ok[:, None],
+                     other=0.0)
+        s = tl.load(s_ptr + (wrows // 32) * (K // 32) + it * (BLOCK_K // 32) + kk, mask=n_ok,
+                    other=0)
+        part = tl.dot(wt.to(tl.bfloat16), xt)
+        acc += part * _ue8m0_to_f32(s)[:, None]
+    return acc
+
+
+@triton.jit
+def _fp8_dot_prescaled(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr,
+                       wrows, n_ok, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``) for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block
     (``[ceil(N/32), K/32]``). The scale multiplies the weights before the dot: e4m3 x 2^j
     is exact in bf16, so the tile is the dequantised weights exactly (in fp32 under the
-    interpreter, whose bf16 arithmetic works on raw bit patterns); the step's scales are one
-    ``[BN, BK/32]`` byte tile (4 bytes a thread at W1|W3's 64 rows: cp.async)."""
+    interpreter, whose bf16 arithmetic works on raw bit patterns). At most 128 columns a dot
+    (the converted tile stays in registers); each chunk's scales are one ``[BN, 4]`` byte tile
+    (4 bytes a thread at W1|W3's 64 rows: cp.async)."""
     BN: tl.constexpr = acc.shape[0]
-    offs_k = it * BLOCK_K + tl.arange(0, BLOCK_K)
-    xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
-                 other=0.0)
-    wt = tl.load(w_ptr + wrows[:, None] * K + offs_k[None, :], mask=n_ok[:, None], other=0.0)
-    offs_s = it * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
-    s = tl.load(s_ptr + (wrows // 32)[:, None] * (K // 32) + offs_s[None, :], mask=n_ok[:, None],
-                other=127)
-    wt = wt.reshape(BN, BLOCK_K // 32, 32)
-    if INTERPRETER:
-        w = (wt.to(tl.float32) * _ue8m0_to_f32(s)[:, :, None]).to(tl.bfloat16)
-    else:
-        sc = (s.to(tl.int16) << 7).to(tl.bfloat16, bitcast=True)  # 2^(s-127)
-        w = wt.to(tl.bfloat16) * sc[:, :, None]
-    return tl.dot(w.reshape(BN, BLOCK_K), xt, acc)
+    SUB: tl.constexpr = min(BLOCK_K, 128)
+    for c in tl.static_range(BLOCK_K // SUB):
+        offs_k = it * BLOCK_K + c * SUB + tl.arange(0, SUB)
+        xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
+                     other=0.0)
+        wt = tl.load(w_ptr + wrows[:, None] * K + offs_k[None, :], mask=n_ok[:, None],
+                     other=0.0)
+        offs_s = (it * BLOCK_K + c * SUB) // 32 + tl.arange(0, SUB // 32)
+        s = tl.load(s_ptr + (wrows // 32)[:, None] * (K // 32) + offs_s[None, :],
+                    mask=n_ok[:, None], other=127)
+        wt = wt.reshape(BN, SUB // 32, 32)
+        if INTERPRETER:
+            w = (wt.to(tl.float32) * _ue8m0_to_f32(s)[:, :, None]).to(tl.bfloat16)
+        else:
+            sc = (s.to(tl.int16) << 7).to(tl.bfloat16, bitcast=True)  # 2^(s-127)
+            w = wt.to(tl.bfloat16) * sc[:, :, None]
+        acc = tl.dot(w.reshape(BN, SUB), xt, acc)
+    return acc
 
 
 # --------------------------------------------------------------------------- experts
@@ -376,30 +400,31 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                    gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
                    I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT: tl.constexpr, INTERPRETER: tl.constexpr):
+                   SPLIT: tl.constexpr, JOIN: tl.constexpr, INTERPRETER: tl.constexpr):
     """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
     rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
     beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
     BLOCK_N of the I outputs and K chunk ``pid_s`` of SPLIT (``_up_store``; ticket
     ``tick[pid_m * I/BLOCK_N + n block]``). Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights
-    as the MMA's M side: few rows per tile)."""
+    as the MMA's M side: few rows per tile). JOIN (``api._join_gate_up``): W1's and W3's
+    BLOCK_N rows in one ``[2 BLOCK_N, BLOCK_K]`` tile a step (one dot, one streaming scale
+    tile; the shared expert's tile scaled before the dot), else one tile each."""
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(0) % SPLIT
     n0 = (tl.program_id(0) // SPLIT) * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_ok = offs_n < I
-    # one tile of 2 x BLOCK_N weight rows: W1's n0.. then W3's (rows I + n0..), so each step is
-    # one dot, one x tile, and a scale tile of 4+ bytes a thread (see _mx4_dot)
-    offs_r = tl.arange(0, 2 * BLOCK_N)
-    wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
-    r_ok = n0 + offs_r % BLOCK_N < I
     offs_m = tl.arange(0, BLOCK_M)
     n_rows = N_ENTRIES + T
     # K chunk pid_s: steps it0 .. it0 + STEPS - 1 (a constant trip count; D % (SPLIT * BLOCK_K)
     # == 0, checked by the caller)
     STEPS: tl.constexpr = D // (SPLIT * BLOCK_K)
     it0 = pid_s * STEPS
-    acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # JOIN: one tile of 2 x BLOCK_N weight rows, W1's n0.. then W3's (rows I + n0..): one dot
+    # and one scale tile a step, twice the bytes, so that the tile streams (see _mx4_dot)
+    offs_r = tl.arange(0, 2 * BLOCK_N)
+    wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
+    r_ok = n0 + offs_r % BLOCK_N < I
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
@@ -409,19 +434,39 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
             rows = tl.where(ok, ent // TOP_K, 0)
             w = w13_ptr + e * (2 * I) * (D // 8)
             s = s13_ptr + e * (2 * I) * (D // SCALE_BLOCK)
-            for j in range(STEPS):
-                acc = _mx4_dot(acc, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, wrows, r_ok,
-                               SCALE_BLOCK, BLOCK_K, INTERPRETER)
-            acc_g, acc_u = _gate_up(acc * _POW63)
-            _up_store(acc_g, acc_u, tl.where(ok, ent, 0), ok, offs_n, n_ok, h_ptr, gu_ptr,
-                      tick_ptr, pid_s, n_rows, I, SPLIT)
+            if JOIN:
+                acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
+                for j in range(STEPS):
+                    acc = _mx4_dot(acc, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, wrows,
+                                   r_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                acc_g, acc_u = _gate_up(acc)
+            else:
+                acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+                acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+                for j in range(STEPS):
+                    acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, offs_n,
+                                     n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                    acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, w, s,
+                                     offs_n + I, n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+            _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
+                      h_ptr, gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
-        for j in range(STEPS):
-            acc = _fp8_dot(acc, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr, ss13_ptr,
-                           wrows, r_ok, BLOCK_K, INTERPRETER)
-        acc_g, acc_u = _gate_up(acc)
+        if JOIN:
+            acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
+            for j in range(STEPS):
+                acc = _fp8_dot_prescaled(acc, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr,
+                                         ss13_ptr, wrows, r_ok, BLOCK_K, INTERPRETER)
+            acc_g, acc_u = _gate_up(acc)
+        else:
+            acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            for j in range(STEPS):
+                acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr,
+                                 ss13_ptr, offs_n, n_ok, BLOCK_K)
+                acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr,
+                                 ss13_ptr, offs_n + I, n_ok, BLOCK_K)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
                   gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
 
@@ -470,7 +515,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
         for it in range(I // BLOCK_K):
             acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
-                           BLOCK_K, INTERPRETER)
+                           BLOCK_K)
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
     if COMBINE:

@@ -54,6 +54,16 @@ def _k_step(want: int, k: int) -> int:
     return want
 
 
+def _join_gate_up(cfg: MoEConfig, k_step: int, block: int) -> bool:
+    """W1|W3 takes W1's and W3's rows in one tile a step (``_moe_up_kernel``'s JOIN) where one
+    ``[up_n, k_step/block]`` scale tile has fewer than 4 bytes a thread: Triton streams a load
+    through cp.async only from 4 bytes a thread, so a smaller tile is a plain load that every
+    K step waits for (Nsight Compute, session 6: the split configs' largest stall). Measured
+    on the H200 (docs/kernels/moe.md, session 7): joined wins in the split configs (1 and 6
+    rows), separate tiles win with 256-deep steps (12 and 48 rows, whose tiles stream)."""
+    return cfg.up_n * (k_step // block) < 4 * 32 * cfg.num_warps
+
+
 def _fail(arg: str, got, need: str):
     raise ValueError(f"{arg}: got {got}, needs {need}")
 
@@ -460,11 +470,12 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         up_launch["maxnreg"] = cfg.up_maxnreg
     # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
     # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
+    up_k = _k_step(cfg.up_k, d // split)
     K._moe_up_kernel[(triton.cdiv(inter, cfg.up_n) * split, m_tiles)](
         x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
         workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=_k_step(cfg.up_k, d // split), SPLIT=split, **up_launch)
+        BLOCK_K=up_k, SPLIT=split, JOIN=_join_gate_up(cfg, up_k, block), **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
     # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
     combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)
