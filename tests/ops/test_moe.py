@@ -529,7 +529,7 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
                          BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 3,
                          INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
-                                                         cfg.down_warps, cfg.num_stages)
+                                                         cfg.num_warps, cfg.num_stages)
 out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
                                                    BLOCK_D=api._COMBINE_BLOCK_D), 4)
 for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: select launch

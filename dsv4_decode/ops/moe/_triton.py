@@ -244,8 +244,7 @@ def _halves(bits, INTERPRETER: tl.constexpr):
 
 @triton.jit
 def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
-             n_ok, S_N: tl.constexpr, S_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-             BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` (int32 words
     ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; ``wrows`` (``[BN]``, any rows) are
@@ -267,8 +266,8 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
     # the [BN, BK/b] byte tile streams (cp.async) only from 4 bytes a thread: BN * BK/b >=
     # 4 x the CTA's threads (why W1|W3 takes its gate and up rows in one tile)
-    ws = tl.load(s_ptr + wrows[:, None] * S_N + offs_s[None, :] * S_K, mask=n_ok[:, None],
-                 other=127).to(tl.int32)
+    ws = tl.load(s_ptr + wrows[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
+                 mask=n_ok[:, None], other=127).to(tl.int32)
     sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
     w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
     if INTERPRETER:
@@ -439,17 +438,16 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                 acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
                 for j in range(STEPS):
                     acc = _mx4_dot(acc, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, wrows,
-                                   r_ok, D // SCALE_BLOCK, 1, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                                   r_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
                 acc_g, acc_u = _gate_up(acc)
             else:
                 acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
                 acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
                 for j in range(STEPS):
                     acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, offs_n,
-                                     n_ok, D // SCALE_BLOCK, 1, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                                     n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
                     acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, w, s,
-                                     offs_n + I, n_ok, D // SCALE_BLOCK, 1, SCALE_BLOCK,
-                                     BLOCK_K, INTERPRETER)
+                                     offs_n + I, n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
             _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
                       h_ptr, gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
     else:
@@ -507,7 +505,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
             w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
-                acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok, 1, D,
+                acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
                                SCALE_BLOCK, BLOCK_K, INTERPRETER)
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])

@@ -308,10 +308,7 @@ class MoEWeights:
 
     w13         int32 ``[E, 2I, D/8]``: W1 (rows 0..I-1) then W3 (rows I..2I-1), MXFP4 repacked
                 by ``repack_mxfp4``; w13_scales uint8 ``[E, 2I, D/b]`` ue8m0 per ``b`` inputs.
-    w2          int32 ``[E, D, I/8]``; w2_scales uint8 ``[E, I/b, D]``: K-major (the checkpoint's
-                ``[E, D, I/b]`` transposed), so a W2 K step's scales are ``BK/b`` runs of
-                contiguous bytes along D, a tile that streams (cp.async) from 128 columns a
-                2-warp CTA or 64 a 1-warp one (``_triton._mx4_dot``).
+    w2          int32 ``[E, D, I/8]``; w2_scales uint8 ``[E, D, I/b]``.
     shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
                 scale uint8 [D/32, I/32])``: the checkpoint layout, one ue8m0 per 32x32 block.
     block       b, the MXFP4 scale block: 32 (V4.1) or 16.
@@ -345,8 +342,7 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     nibble = even input index) + w13_scales uint8 ``[E, 2I, D/b]``; w2 uint8 ``[E, D, I/2]`` +
     w2_scales uint8 ``[E, D, I/b]``; b = 32 or 16 (read from the scale shapes); ``shared`` as
     in ``MoEWeights``. The bits are permuted within each 32-bit word (``repack_mxfp4``) so the
-    kernel turns 8 values into bf16 with a few 32-bit operations, and w2_scales is transposed
-    (``MoEWeights``); everything else is kept.
+    kernel turns 8 values into bf16 with a few 32-bit operations; everything else is kept.
     ue8m0 scale bytes must lie in [64, 191] (weights between 2^-64 and 2^66; real checkpoints
     use ~110..130): the kernels scale by ``2^(s-64)`` in bf16. Not for the decode step: it
     allocates the repacked copies.
@@ -354,7 +350,7 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     e, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
     shared = None if shared is None else tuple(t.contiguous() for t in shared)
     return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(), repack_mxfp4(w2),
-                      w2_scales.transpose(1, 2).contiguous(), shared, block)
+                      w2_scales.contiguous(), shared, block)
 
 
 def stack_experts(state: dict, prefix: str, n_experts: int) -> MoEWeights:
@@ -467,9 +463,9 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     w = weights
     sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
                                                               w.w2_scales)
-    launch = dict(num_warps=cfg.down_warps, num_stages=cfg.num_stages,
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                   INTERPRETER=not x.is_cuda)
-    up_launch = dict(launch, num_warps=cfg.num_warps, num_stages=cfg.up_stages)
+    up_launch = dict(launch, num_stages=cfg.up_stages)
     if cfg.up_maxnreg and x.is_cuda:
         up_launch["maxnreg"] = cfg.up_maxnreg
     # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's

@@ -13,8 +13,7 @@ class MoEConfig:
     up_n / down_n: output channels per CTA (of I for W1|W3, of D for W2); up_k / down_k: the
     K step (halved where it does not divide K, or the K chunk). up_split: W1|W3 split-K factor
     (1..16; > 1 writes fp32 partials that one more launch sums in order, so few-row grids fill
-    the GPU). num_warps / down_warps: W1|W3's / W2's warps a CTA; up_stages / num_stages:
-    pipeline depth of W1|W3 / W2.
+    the GPU). num_warps: both kernels; up_stages / num_stages: pipeline depth of W1|W3 / W2.
     up_maxnreg: register cap of W1|W3 (0: the compiler's choice; 128 lets 8 two-warp CTAs
     share an SM instead of 5).
     """
@@ -25,7 +24,6 @@ class MoEConfig:
     down_n: int = 64
     down_k: int = 128
     num_warps: int = 2
-    down_warps: int = 2
     num_stages: int = 4
     up_stages: int = 4
     up_maxnreg: int = 128
