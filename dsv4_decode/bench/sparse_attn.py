@@ -152,7 +152,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     split partials (``_bf16``: half the partial bytes, for the merge at 32 requests), with other
     step counts (``_steps<n>``: the merge now costs one round trip whatever the split count,
     so more, shorter splits may pay); where the default is the one-step 64-key layout,
-    one-step 32-key splits at 8 and 4 warps (20 splits at 512 selected, twice the CTAs), else
+    one-step 32-key splits at 8 and 4 warps (20 splits at 512 selected, twice the CTAs; also
+    with the merge as a dependent launch: the two gains of 1 x 6 x 16 in session 4), else
     ``block_n64`` split by the rule; ``block_h32`` (two 32-head blocks at 64 heads) where
     there are >= 32 heads."""
     ours = pick_config(rows, heads, D, WINDOW, SELECTED)
@@ -167,8 +168,10 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
             out[f"ours_steps{st}"] = c
     if ours.block_n == 64:  # the one-step regime (1-2 requests): 32-key steps, twice the CTAs
         for warps in (8, 4):
-            out[f"n32_w{warps}_steps1"] = SparseAttnConfig.with_steps(
-                ours.block_h, 32, 1, WINDOW, SELECTED, num_warps=warps)
+            c = SparseAttnConfig.with_steps(ours.block_h, 32, 1, WINDOW, SELECTED,
+                                            num_warps=warps)
+            out[f"n32_w{warps}_steps1"] = c
+            out[f"n32_w{warps}_steps1_pdl"] = dataclasses.replace(c, pdl=True)
     else:
         out["block_n64"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_n=64)
     if heads >= 32:
