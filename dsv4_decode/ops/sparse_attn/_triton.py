@@ -14,6 +14,7 @@ per-warp dim chunks (see the dim-split note below)."""
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -629,8 +630,10 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     sink = sinks if sinks is not None else cos
     ws_acc, ws_m, ws_l, cnt = ws if ws is not None else (out, cos, cos, row_slots)
     grid = (cfg.n_split, n_hb, t)
-    # programmatic dependent launch only where there is a merge kernel and a GPU to run it
-    pdl = cfg.pdl and q.is_cuda and cfg.n_split > 1 and not cfg.fused_merge
+    # programmatic dependent launch only where there is a merge kernel and a GPU (sm_90+) to
+    # run it
+    pdl = (cfg.pdl and q.is_cuda and cfg.n_split > 1 and not cfg.fused_merge
+           and torch.cuda.get_device_capability(q.device)[0] >= 9)
     _sparse_attn_kernel[grid](
         q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
         out, ws_acc, ws_m, ws_l, cnt,

@@ -119,14 +119,18 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
     selected + full window; docs/kernels/sparse_attn.md): at head dim >= 256, the ``block_n64``
     layout with one step a split (2 window + 8 index splits of 64 keys at 512 selected) where
     all its CTAs fit in one wave (1 per SM: 1-2 requests x 6 rows, up to 13 rows; measured
-    13.67 us at 1 x 6 against 18.18 for the 8-warp rule); else (session 5) that layout split
+    13.67 us at 1 x 6 against 18.18 for the 8-warp rule), its merge a programmatic dependent
+    launch (session 7, Hopper+; ignored elsewhere); else (session 5) that layout split
     by ``pick`` where it fits one wave, above 16 head groups (rows x head blocks; 4 x 6 x 16:
     17.18 against 22.75 us); else the default layout at 4 warps (two CTAs per SM) split by
     ``pick`` (measured 31.23 / 104.51 us at 8 / 32 requests x 6 rows against 40.44 / 144.68
     at 8 warps). Other head dims: ``pick``."""
     if head_dim >= 256:
         groups = rows * -(-heads // 16)
-        one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
+        # session 7: with the merge as a programmatic dependent launch (its position / RoPE /
+        # sink loads overlap the attention kernel): 1 x 1 x 16 10.55 against 11.05 us, 1 x 1
+        # x 64 10.92 against 11.62, 1 x 6 x 16 11.21 against 11.68, 2 x 1 x 16 10.68 / 11.29
+        one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8, pdl=True)
         if groups * one.n_split <= one.ctas_per_sm * sm_count:
             return one
         # session 5: the block_n64 layout split by the rule, where that fits one wave, beat
