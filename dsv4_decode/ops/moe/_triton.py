@@ -446,8 +446,9 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                 for j in range(STEPS):
                     acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, offs_n,
                                      n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
-                    acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, w, s,
-                                     offs_n + I, n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                    acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D,
+                                     w + I * (D // 8), s + I * (D // SCALE_BLOCK), offs_n, n_ok,
+                                     SCALE_BLOCK, BLOCK_K, INTERPRETER)
             _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
                       h_ptr, gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
     else:
@@ -465,8 +466,8 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
             for j in range(STEPS):
                 acc_g = _fp8_dot(acc_g, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr,
                                  ss13_ptr, offs_n, n_ok, BLOCK_K)
-                acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr,
-                                 ss13_ptr, offs_n + I, n_ok, BLOCK_K)
+                acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr + I * D,
+                                 ss13_ptr + (I // 32) * (D // 32), offs_n, n_ok, BLOCK_K)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
                   gu_ptr, tick_ptr, pid_s, n_rows, I, SPLIT)
 
