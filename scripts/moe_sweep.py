@@ -1,0 +1,63 @@
+"""Probe: the MoE layer's time (CUDA-graph replay, as ``bench moe``) for ``MoEConfig`` variants
+around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a row count.
+
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48
+
+Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
+W2 tiles of 32 / 64 / 128 columns (variants equal to ``pick`` are skipped). Session 7 ran a
+first version of it (other variant names, same timing; run 6, log in
+``benchmarks/results/h200-session7/``) to check the rule after the joined W1|W3 tile:
+``pick`` was within 0.15 us of the best variant at every row count.
+"""
+
+import dataclasses
+import sys
+
+import torch
+
+from dsv4_decode.bench import moe as B
+from dsv4_decode.bench.timing import graph_time_us
+from dsv4_decode.ops.moe import (MoEConfig, alloc_moe_workspace, alloc_routing, moe_experts,
+                                 pick_config, route)
+
+
+def variants(rows: int) -> dict[str, MoEConfig]:
+    pick = pick_config(rows, 6, True, 576)
+    out = {"pick": pick}
+    for split in (2, 4, 8, 16):
+        out[f"s{split}"] = MoEConfig(up_split=split, up_stages=3, up_maxnreg=128,
+                                     down_n=pick.down_n)
+    for width in (32, 64, 128):
+        out[f"d{width}"] = dataclasses.replace(pick, down_n=width)
+    return {k: v for k, v in out.items() if k == "pick" or v != pick}
+
+
+def main(rows_list: list[int]) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    layer = B.Layer(384, 576, gen)
+    for rows in rows_list:
+        xs = [torch.randn(rows, B.D, device="cuda", generator=gen).to(torch.bfloat16)
+              for _ in range(B.CALLS)]
+        routing = alloc_routing(rows, 6, 384, B.D, "cuda")
+        out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
+        res = []
+        for name, cfg in variants(rows).items():
+            ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
+            state = {"i": 0}
+
+            def fn(cfg=cfg, ws=ws, state=state):
+                i = state["i"] % B.CALLS
+                state["i"] += 1
+                route(xs[i], *layer.gates[i % B.COPIES], top_k=6, out=routing)
+                moe_experts(xs[i], routing, layer.prepared[i % B.COPIES], out=out, workspace=ws,
+                            config=cfg)
+
+            try:
+                res.append(f"{name} {graph_time_us(fn, calls=B.CALLS):.2f}")
+            except Exception as err:  # e.g. a split that does not divide D: report, go on
+                res.append(f"{name} failed ({type(err).__name__}: {str(err)[:100]})")
+        print(f"rows={rows}: " + ", ".join(res), flush=True)
+
+
+if __name__ == "__main__":
+    main([int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,6,12,48").split(",")])
