@@ -1,9 +1,9 @@
 """Benchmark of ``decode_topk`` on one GPU: ours vs torch.topk (bf16) vs fp32 upcast + topk.
 
 Cells: rows 1..64 x cols 65,536..1,048,576 x valid (1/8 or all of each row before its length)
-x k 512 / 2048, random BF16 logits; block mode (top 2,048 blocks of 8, 1/8 valid; ours beside
-``ours_pipeline``, the group-maxima pipeline it replaced). Each time is
-the median of 20 replays of a CUDA graph of 20 back-to-back calls. The calls rotate over input
+x k 512 / 2048, random BF16 logits; block mode (top 2,048 blocks of 8, 1/8 valid; its old
+group-maxima path, ``ours_pipeline``, has rows in the CSV up to session 6). Each time is the
+median of 20 replays of a CUDA graph of 20 back-to-back calls. The calls rotate over input
 sets whose total size passes 2 x the 60 MB L2 (small cells keep 20 sets, still L2-resident, as
 the indexer's freshly written logits would be). torch.topk has no lengths: it gets the whole row
 (favouring it on 1/8-valid cells). The floor is the valid bf16 bytes at 4.5 TB/s.
@@ -89,8 +89,7 @@ def bench_blocks(rows: int, cols: int, n_blocks: int = 2048, block: int = 8) -> 
     ws = make_topk_workspace(rows, n_blocks, "cuda", block)
     floor = rows * length * 2
     res = [Row("topk", case, "ours", _timed(lambda x: decode_topk_blocks(
-        x, lens, n_blocks, block, out=out, workspace=ws), xs), floor),
-           _pipeline(case, xs, lens, out, ws, n_blocks, floor)]
+        x, lens, n_blocks, block, out=out, workspace=ws), xs), floor)]
     res.append(Row("topk", case, "torch", _timed(lambda x: decode_topk_blocks_ref(
         x, lens, n_blocks, block), xs), floor))
     return res
@@ -111,15 +110,6 @@ def _unfused(case, xs, lens, out, ws, k, floor) -> Row:
 
     return Row("topk", case, "ours_4launch", _timed(lambda x: _triton.launch(
         x.view(torch.int16), lens, out, ws, ws.cfg, k, fuse=False), xs), floor)
-
-
-def _pipeline(case, xs, lens, out, ws, k, floor) -> Row:
-    """``ours_pipeline``: block mode through plain mode's group-maxima pipeline (``_triton``,
-    four launches at k = 2,048: block mode's path until the radix select replaced it)."""
-    from dsv4_decode.ops.topk import _triton
-
-    return Row("topk", case, "ours_pipeline", _timed(lambda x: _triton.launch(
-        x.view(torch.int16), lens, out, ws, ws.cfg, k), xs), floor)
 
 
 KERNEL_CELLS = [(1, 65536, "all", 512), (24, 65536, "all", 512), (1, 1048576, "all", 512),
@@ -205,7 +195,7 @@ def main(argv=None) -> None:
             print(f"{row.case:50s} {row.impl:14s} {row.us:9.2f} us", flush=True)
         path = write_rows(res, "topk", args.out)
         rows += res
-    print_table(rows, ["ours", "ours_4launch", "ours_pipeline", "torch", "torch_fp32"])
+    print_table(rows, ["ours", "ours_4launch", "torch", "torch_fp32"])
     print("\nk = 512 against the GB300 goal (* = 1.2x its 524,288-column number):")
     for row in rows:
         f = dict(kv.split("=") for kv in row.case.split(","))

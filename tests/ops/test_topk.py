@@ -514,9 +514,9 @@ def build(fn, const, num_warps):
 
 
 out = {}
-for k, block in ((512, 1), (2048, 1), (2048, 8)):
-    c = TopkConfig.pick(k, block)
-    common = dict(BLOCK=c.block, CHUNK=c.chunk, NSEG=NSEG)
+for k in (512, 2048):  # plain mode's kernels (block mode: the radix select below)
+    c = TopkConfig.pick(k)
+    common = dict(CHUNK=c.chunk, NSEG=NSEG)
     for log_r, fuse in ((0, k <= 512), (3, False)):  # fused only for k <= 512
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r)
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}"] = build(
@@ -524,14 +524,13 @@ for k, block in ((512, 1), (2048, 1), (2048, 8)):
                                       **spans, **common),
             4)
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
-    out[f"threshold-k{k}-b{block}"] = build(K._threshold_kernel, dict(
+    out[f"threshold-k{k}"] = build(K._threshold_kernel, dict(
         RS=K.LIST_REGION, LIST=1, **spans, **common), 8)
     for lst in (0, 1):
-        out[f"collect-k{k}-b{block}-list{lst}"] = build(K._collect_kernel, dict(
+        out[f"collect-k{k}-list{lst}"] = build(K._collect_kernel, dict(
             CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, **common), 4)
-    out[f"select-k{k}-b{block}"] = build(K._select_kernel, dict(
-        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048 // block, BLOCK=block,
-        NSEG=NSEG, LIST=1, NR=8), 8)
+    out[f"select-k{k}"] = build(K._select_kernel, dict(
+        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8), 8)
 from dsv4_decode.ops.topk import _radix as RX
 for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)

@@ -23,8 +23,9 @@ with ``fuse=False``), all rows at once, every length read on the device:
    scans over the row in one CTA: slow, but exact and deterministic.
 
 Keys: ``key1`` is 0 for "not a candidate", else 1 + the 16-bit order-preserving key of the bf16
-value (``ref.rank_keys``); block mode ranks blocks by their largest key1 and pins a block above
-everything with ``PIN_KEY1``.
+value (``ref.rank_keys``). These kernels run plain mode only. Block mode is ``_radix``, which
+shares ``_element_keys`` (blocks ranked by their largest key1, one pinned above everything
+with ``PIN_KEY1``) and ``_row_length``.
 """
 
 from __future__ import annotations
@@ -122,13 +123,12 @@ def _kth_group_max(g_row, n, K, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K,
-                   BLOCK: tl.constexpr, CHUNK: tl.constexpr, LMAX: tl.constexpr,
-                   TARGET: tl.constexpr, GROUPS: tl.constexpr, R: tl.constexpr,
-                   LOG_R: tl.constexpr):
+def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.constexpr,
+                   LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
+                   R: tl.constexpr, LOG_R: tl.constexpr):
     """T0 of one row = the K-th largest of its group maxima (1 = every valid element a
     candidate when fewer than K groups are valid)."""
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
     s = _level(len_e, TARGET, LMAX)
     folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
     span = tl.where(folded, R * CHUNK, CHUNK)
@@ -152,89 +152,64 @@ def _max_nan(a, b):
 
 
 @triton.jit
-def _vmax(v, axis, BLOCK: tl.constexpr):
-    """Maximum along ``axis`` in the selection order: fp32 logits (plain mode; NaN on top,
-    -0 and +0 both map to one key later) or key1 (block mode)."""
-    if BLOCK == 1:
-        return tl.reduce(v, axis, _max_nan)
-    else:
-        return tl.max(v, axis=axis)
+def _vmax(v, axis):
+    """Maximum along ``axis`` in the selection order (fp32 logits: NaN on top; -0 and +0 both
+    map to one key later)."""
+    return tl.reduce(v, axis, _max_nan)
 
 
 @triton.jit
-def _as_key1(v, BLOCK: tl.constexpr):
+def _as_key1(v):
     """Values of ``_chunk_values`` -> key1 (the fp32 maxima of bf16 values convert exactly)."""
-    if BLOCK == 1:
-        return _key1(v.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF)
-    else:
-        return v
+    return _key1(v.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF)
 
 
 @triton.jit
-def _chunk_values(x_row, c0, length, len_e, NCH: tl.constexpr, BLOCK: tl.constexpr,
-                  CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr):
+def _chunk_values(x_row, c0, len_e, NCH: tl.constexpr, CHUNK: tl.constexpr,
+                  NSEG: tl.constexpr, MASKED: tl.constexpr):
     """Chunks c0 .. c0 + NCH - 1 as one [NCH, NSEG, CHUNK / NSEG] tile (one load: all NCH
-    chunks in flight) of values whose maximum order is the selection order. Plain mode: the
-    logits in fp32, -inf past the length (MASKED; unmasked spans skip the per-column masks),
-    so an element costs a convert and a max and the key transform runs on maxima only. Block
-    mode: key1 of the blocks (0 past the length)."""
+    chunks in flight) of the logits in fp32, -inf past the length (MASKED; unmasked spans skip
+    the per-column masks), so an element costs a convert and a max and the key transform runs
+    on maxima only."""
     SEG: tl.constexpr = CHUNK // NSEG
     e = ((c0 + tl.arange(0, NCH))[:, None, None] * CHUNK
          + tl.arange(0, NSEG)[None, :, None] * SEG + tl.arange(0, SEG)[None, None, :])
-    if BLOCK == 1:
-        if MASKED:  # masked per 8 columns (16-byte vectors), then per column; 0xFF80 = -inf
-            u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=-128)
-            u = tl.where(e < len_e, u, -128).to(tl.int16)
-        else:
-            u = tl.load(x_row + e)
-        v = u.to(tl.bfloat16, bitcast=True).to(tl.float32)
+    if MASKED:  # masked per 8 columns (16-byte vectors), then per column; 0xFF80 = -inf
+        u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=-128)
+        u = tl.where(e < len_e, u, -128).to(tl.int16)
     else:
-        v = tl.reshape(_element_keys(x_row, tl.reshape(e, [NCH * CHUNK]), length, len_e,
-                                     BLOCK), [NCH, NSEG, SEG])
-    return v
+        u = tl.load(x_row + e)
+    return u.to(tl.bfloat16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
-def _store_segments(v, s_row, c0, len_e, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                    NSEG: tl.constexpr):
+def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr):
     """key1 maxima of the contiguous segments of ``v`` (``_chunk_values`` of chunks c0..; 0 for
     segments past the length): the collect pass re-reads only segments whose maximum reaches
     the threshold."""
     NCH: tl.constexpr = v.shape[0]
     i = (c0 + tl.arange(0, NCH))[:, None] * NSEG + tl.arange(0, NSEG)[None, :]
-    k = _as_key1(_vmax(v, 2, BLOCK), BLOCK)
+    k = _as_key1(_vmax(v, 2))
     tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
 
 
 @triton.jit
-def _fold_span(x_row, p, length, len_e, s_row, R: tl.constexpr, UNROLL: tl.constexpr,
-               BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-               MASKED: tl.constexpr, SEGS: tl.constexpr):
+def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, UNROLL: tl.constexpr,
+               CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr,
+               SEGS: tl.constexpr):
     """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG]), storing each
     chunk's segment maxima on the way; UNROLL chunks per load."""
-    if BLOCK == 1:
-        acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
-    else:
-        acc = tl.zeros([NSEG, CHUNK // NSEG], dtype=tl.int32)
+    acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
     for r0 in range(0, R, UNROLL):
-        v = _chunk_values(x_row, p * R + r0, length, len_e, UNROLL, BLOCK, CHUNK, NSEG, MASKED)
+        v = _chunk_values(x_row, p * R + r0, len_e, UNROLL, CHUNK, NSEG, MASKED)
         if SEGS:
-            _store_segments(v, s_row, p * R + r0, len_e, BLOCK, CHUNK, NSEG)
-        acc = _vmax_pair(acc, _vmax(v, 0, BLOCK), BLOCK)
+            _store_segments(v, s_row, p * R + r0, len_e, CHUNK, NSEG)
+        acc = _max_nan(acc, _vmax(v, 0))
     return acc
 
 
 @triton.jit
-def _vmax_pair(a, b, BLOCK: tl.constexpr):
-    if BLOCK == 1:
-        return _max_nan(a, b)
-    else:
-        return tl.maximum(a, b)
-
-
-@triton.jit
-def _store_groups(v, g_ptr, unit, start, len_e, lvl, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                  LMAX: tl.constexpr):
+def _store_groups(v, g_ptr, unit, start, len_e, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
     """Store the level-``lvl`` group maxima of ``v`` ([CHUNK] values of the unit starting at
     element ``start``) as key1 at ``g_ptr + unit * (CHUNK >> lvl)``. Level l group b is the
     maximum of v[b + j * (CHUNK >> l)], j < 2**l (strided groups); a group whose first element
@@ -243,17 +218,16 @@ def _store_groups(v, g_ptr, unit, start, len_e, lvl, BLOCK: tl.constexpr, CHUNK:
     for l in tl.static_range(LMAX + 1):
         if lvl == l:
             b = tl.arange(0, CHUNK >> l)
-            gl = _as_key1(_vmax(tl.reshape(v, [1 << l, CHUNK >> l]), 0, BLOCK), BLOCK)
+            gl = _as_key1(_vmax(tl.reshape(v, [1 << l, CHUNK >> l]), 0))
             tl.store(g_ptr + unit * (CHUNK >> l) + b, tl.where(start + b < len_e, gl, 0))
 
 
 @triton.jit
 def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, tick_ptr,
-                      stride_x, stride_g, stride_s, cols, K, BLOCK: tl.constexpr,
-                      CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
-                      GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                      UNROLL: tl.constexpr, NSEG: tl.constexpr, SEGS: tl.constexpr,
-                      FUSE: tl.constexpr):
+                      stride_x, stride_g, stride_s, cols, K, CHUNK: tl.constexpr,
+                      LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
+                      R: tl.constexpr, LOG_R: tl.constexpr, UNROLL: tl.constexpr,
+                      NSEG: tl.constexpr, SEGS: tl.constexpr, FUSE: tl.constexpr):
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
     # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
     # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
@@ -261,7 +235,7 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     # finish (an atomic ticket) computes the threshold, saving the separate threshold launch.
     row = tl.program_id(0)
     p = tl.program_id(1)
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
     s = _level(len_e, TARGET, LMAX)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
@@ -269,25 +243,22 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     if s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
-                acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
-                                 False, SEGS)
+                acc = _fold_span(x_row, p, len_e, s_row, R, UNROLL, CHUNK, NSEG, False, SEGS)
             else:
-                acc = _fold_span(x_row, p, length, len_e, s_row, R, UNROLL, BLOCK, CHUNK, NSEG,
-                                 True, SEGS)
+                acc = _fold_span(x_row, p, len_e, s_row, R, UNROLL, CHUNK, NSEG, True, SEGS)
             _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * (R * CHUNK), len_e,
-                          s - LOG_R, BLOCK, CHUNK, LMAX)
+                          s - LOG_R, CHUNK, LMAX)
     else:
         for r in range(R):
             c = p * R + r
             if c * CHUNK < len_e:
                 if (c + 1) * CHUNK <= len_e:
-                    v = _chunk_values(x_row, c, length, len_e, 1, BLOCK, CHUNK, NSEG, False)
+                    v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)
                 else:
-                    v = _chunk_values(x_row, c, length, len_e, 1, BLOCK, CHUNK, NSEG, True)
+                    v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, True)
                 if SEGS:
-                    _store_segments(v, s_row, c, len_e, BLOCK, CHUNK, NSEG)
-                _store_groups(tl.reshape(v, [CHUNK]), g_ptr, c, c * CHUNK, len_e, s, BLOCK,
-                              CHUNK, LMAX)
+                    _store_segments(v, s_row, c, len_e, CHUNK, NSEG)
+                _store_groups(tl.reshape(v, [CHUNK]), g_ptr, c, c * CHUNK, len_e, s, CHUNK, LMAX)
     if FUSE:
         # Every thread's maxima are stored before the ticket (CTA barrier, then the ticket's
         # acq_rel gpu-scope atomic publishes them); the last of the row's programs (every
@@ -297,17 +268,16 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
         if ticket == tl.num_programs(1) - 1:
             tl.store(tick_ptr + row, 0)
             tl.store(thr_ptr + row, _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols,
-                                                   K, BLOCK, CHUNK, LMAX, TARGET, GROUPS, R,
-                                                   LOG_R))
+                                                   K, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R))
             tl.store(cnt_ptr + row, 0)
 
 
 @triton.jit
 def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, rcnt_ptr,
-                      stride_g, stride_s, stride_r, cols, K, BLOCK: tl.constexpr,
-                      CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
-                      GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                      NSEG: tl.constexpr, RS: tl.constexpr, LIST: tl.constexpr):
+                      stride_g, stride_s, stride_r, cols, K, CHUNK: tl.constexpr,
+                      LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
+                      R: tl.constexpr, LOG_R: tl.constexpr, NSEG: tl.constexpr,
+                      RS: tl.constexpr, LIST: tl.constexpr):
     """Grid (rows, regions): T0 of row ``program_id(0)`` (every program whose region holds
     segments of the row computes it; region 0 stores it and resets the candidate counter).
     LIST: program c also lists, ascending, the segments of its region [c * RS, (c + 1) * RS)
@@ -317,11 +287,11 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
     row = tl.program_id(0)
     c = tl.program_id(1)
     SEG: tl.constexpr = CHUNK // NSEG
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
     n_seg = (len_e + SEG - 1) // SEG
     if (c == 0) | (LIST & (c * RS < n_seg)):  # regions past the length skip T0 too
-        t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, BLOCK, CHUNK, LMAX,
-                            TARGET, GROUPS, R, LOG_R)
+        t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK, LMAX, TARGET,
+                            GROUPS, R, LOG_R)
         if c == 0:
             tl.store(thr_ptr + row, t0)
             tl.store(cnt_ptr + row, 0)
@@ -349,9 +319,8 @@ def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
 @triton.jit
 def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kbuf_ptr,
                     pbuf_ptr, cc_ptr, stride_x, stride_s, stride_r, stride_b, stride_cc, cols,
-                    n_reg, BLOCK: tl.constexpr, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-                    CAP: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr,
-                    RS: tl.constexpr, NR: tl.constexpr):
+                    n_reg, CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
+                    LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
     # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
     # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
@@ -366,7 +335,7 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     SEG: tl.constexpr = CHUNK // NSEG
     row = tl.program_id(0)
     p = tl.program_id(1)
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
@@ -387,38 +356,28 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
             c = tl.sum((pre[None, :] <= g[:, None]).to(tl.int32), axis=1) - 1
             base = tl.sum(tl.where(r[None, :] == c[:, None], pre[None, :], 0), axis=1)
             seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
-            key1, e = _span_keys(x_row, seg, ok, length, len_e, BLOCK, SEG)
+            key1, e = _span_keys(x_row, seg, ok, len_e, SEG)
             _collect_span(key1, e, q, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
             q += P
     else:
         # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count
         # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
-        # rows x 64K). Plain mode loads it before the length and T0 arrive (masked by the
-        # width only), so the three loads are in flight together.
+        # rows x 64K). It loads before the length and T0 arrive (masked by the width only), so
+        # the three loads are in flight together.
         e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
-        if BLOCK == 1:
-            u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0).to(tl.int32) & 0xFFFF
-            key1 = tl.where(e < len_e, _key1(u), 0)
-        else:
-            r8 = tl.arange(0, CHUNK // 8)
-            key1, e = _span_keys(x_row, p * (CHUNK // 8) + r8, r8 >= 0, length, len_e, BLOCK, 8)
+        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0).to(tl.int32) & 0xFFFF
+        key1 = tl.where(e < len_e, _key1(u), 0)
         if p * CHUNK < len_e:
             _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
 
 
 @triton.jit
-def _span_keys(x_row, seg, ok, length, len_e, BLOCK: tl.constexpr, SEG: tl.constexpr):
+def _span_keys(x_row, seg, ok, len_e, SEG: tl.constexpr):
     """key1 of the segments ``seg`` of SEG elements ([NS, SEG]; ``ok``: live slots, the rest
     read nothing) and their element indices."""
-    NS: tl.constexpr = seg.shape[0]
     e = seg[:, None] * SEG + tl.arange(0, SEG)[None, :]
     e = tl.where(ok[:, None], e, len_e)
-    if BLOCK == 1:
-        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
-    else:
-        key1 = tl.reshape(_element_keys(x_row, tl.reshape(e, [NS * SEG]), length, len_e, BLOCK),
-                          [NS, SEG])
-    return key1, e
+    return _element_keys(x_row, e, len_e, len_e, 1), e
 
 
 @triton.jit
@@ -470,28 +429,27 @@ def _select_tile(packed, pk, m, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr,
-                    SCAN: tl.constexpr):
+def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr):
     """Exact selection when the candidate buffer overflowed (heavy ties, adversarial rows).
 
     One CTA: tau = the K-th largest key1 by 17 counting scans of the row, then one scan in
     index order writes every element above tau and the first K - #{> tau} equal to it.
     """
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
     tau = len_e * 0
     for b in tl.static_range(16, -1, -1):
         cand = tau | (1 << b)
         count = len_e * 0
         start = len_e * 0
         while start < len_e:  # (a while loop: the interpreter cannot range over a tensor)
-            key1 = _element_keys(x_row, start + tl.arange(0, SCAN), length, len_e, BLOCK)
+            key1 = _element_keys(x_row, start + tl.arange(0, SCAN), len_e, len_e, 1)
             count += tl.sum((key1 >= cand).to(tl.int32), axis=0)
             start += SCAN
         tau = tl.where(count >= K, cand, tau)
     above = len_e * 0
     start = len_e * 0
     while start < len_e:
-        key1 = _element_keys(x_row, start + tl.arange(0, SCAN), length, len_e, BLOCK)
+        key1 = _element_keys(x_row, start + tl.arange(0, SCAN), len_e, len_e, 1)
         above += tl.sum((key1 > tau).to(tl.int32), axis=0)
         start += SCAN
     kept = len_e * 0
@@ -499,7 +457,7 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
     start = len_e * 0
     while start < len_e:
         e = start + tl.arange(0, SCAN)
-        key1 = _element_keys(x_row, e, length, len_e, BLOCK)
+        key1 = _element_keys(x_row, e, len_e, len_e, 1)
         eq = key1 == tau
         keep = (key1 > tau) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= K - above))
         tl.store(o_ptr + kept + tl.cumsum(keep.to(tl.int32), axis=0) - 1, e, mask=keep)
@@ -511,9 +469,9 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK: tl.constexpr
 @triton.jit
 def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, rcnt_ptr,
                    out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
-                   n_reg, K, BLOCK: tl.constexpr, NCH: tl.constexpr, NSEG: tl.constexpr,
-                   LIST: tl.constexpr, NR: tl.constexpr, SMALL: tl.constexpr,
-                   CAP: tl.constexpr, SCAN: tl.constexpr):
+                   n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
+                   NR: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
+                   SCAN: tl.constexpr):
     row = tl.program_id(0)
     b_off = row.to(tl.int64) * stride_b
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
@@ -540,7 +498,7 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
                      o_ptr, K, CAP)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
-        _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, BLOCK, SCAN)
+        _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
 
 
 # Collect programs per row on large grids: one span each up to 64 spans (1,024 active segments;
@@ -562,13 +520,13 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True) -> None:
     times: ``bench topk --kernels`` (profiler).
     """
     rows, cols = x16.shape
-    n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), cfg.chunk)
+    n_chunks = triton.cdiv(cols, cfg.chunk)
     log_r = span_log2(rows, n_chunks)
     # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
     # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
     fuse = fuse and log_r == 0 and k <= 512
     lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
-    common = dict(BLOCK=cfg.block, CHUNK=cfg.chunk)
+    common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
@@ -590,6 +548,5 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True) -> None:
     _select_kernel[(rows,)](
         x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
-        stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, BLOCK=cfg.block,
-        NCH=cfg.max_chunks, NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap,
-        SCAN=2048 // cfg.block, num_warps=8, **regions)
+        stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
+        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, num_warps=8, **regions)

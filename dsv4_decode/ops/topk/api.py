@@ -36,7 +36,8 @@ class TopkWorkspace:
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
     Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``;
-    block mode itself leaves the buffers above to the benchmark's ``ours_pipeline``):
+    in block mode the plain-mode buffers above are allocated empty, ``[rows, 0]``, but for the
+    per-row ``tick``, ``thr`` and ``cnt``):
     - ``hist1`` int32 [rows, 512] / ``hist2`` int32 [rows, 256], zero between calls: the row's
       histograms of ``key1 >> 8`` and of the low byte inside the threshold bin (each re-zeroed
       by a later launch, after its last reader);
@@ -81,13 +82,15 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         return make(*shape, dtype=dtype, device=torch.device(device))
 
     nch = cfg.rchunks
+    plain = 0 if nch else 1  # block mode runs the radix select alone
     return TopkWorkspace(
         cfg=cfg, tick=buf(rows, zero=True),
-        gmax=buf(rows, cfg.groups), smax=buf(rows, cfg.max_chunks * NSEG),
-        seglist=buf(rows, cfg.max_chunks * NSEG), rcnt=buf(rows, cfg.max_chunks),
+        gmax=buf(rows, plain * cfg.groups), smax=buf(rows, plain * cfg.max_chunks * NSEG),
+        seglist=buf(rows, plain * cfg.max_chunks * NSEG), rcnt=buf(rows, plain * cfg.max_chunks),
         thr=buf(rows), cnt=buf(rows),
-        kbuf=buf(rows, cfg.cap), pbuf=buf(rows, cfg.cap), cc=buf(rows, cfg.max_chunks),
-        scratch=buf(rows, cfg.cap), hist1=buf(rows, 512 if nch else 0, zero=True),
+        kbuf=buf(rows, plain * cfg.cap), pbuf=buf(rows, plain * cfg.cap),
+        cc=buf(rows, plain * cfg.max_chunks), scratch=buf(rows, plain * cfg.cap),
+        hist1=buf(rows, 512 if nch else 0, zero=True),
         hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
         csuf=buf(rows, nch, 256), cgt=buf(rows, nch),
         bar=buf(rows, 16 if nch else 0, zero=True, dtype=torch.int64))

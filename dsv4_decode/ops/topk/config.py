@@ -39,9 +39,10 @@ def span_log2(rows: int, n_chunks: int) -> int:
 
 @dataclass(frozen=True)
 class TopkConfig:
-    """Static sizes of the four kernels (all powers of two).
+    """Static sizes of plain mode's four kernels (``_triton``) and of block mode's radix select
+    (``_radix``); all powers of two.
 
-    - ``chunk``: elements per program of the two row-wide passes (``chunk * block`` columns);
+    - ``chunk``: columns per program of plain mode's two row-wide passes;
     - ``lmax``: log2(chunk), the coarsest group level (one group per chunk);
     - ``target``: the group-maxima pass picks the level with ``target <= groups < 2 * target``
       valid groups (``target`` in [1.5k, 2k]: the k-th largest of m >= 1.5k group maxima
@@ -69,7 +70,7 @@ class TopkConfig:
 
     @staticmethod
     def pick(k: int, block: int = 1) -> TopkConfig:
-        chunk = max(2048 // block, 64)  # 4 KB of bf16 per program: enough CTAs at 1 row
+        chunk = 2048  # 4 KB of bf16 per program: enough CTAs at 1 row
         # a level below lmax has < 2 * target + chunk groups (lmax: <= 2**20 / 2048 = 512);
         # target = 2k where that fits 3k + chunk rounded up (k = 2048: 1.5k, halving the tile)
         groups = max(_pow2_at_least(3 * k + chunk), 1024)
