@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from ...utils.sm90 import runs_pdl
 from . import _triton as K
 from .config import MoEConfig, pick_config
 
@@ -194,6 +195,8 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     sel = dict(SPLIT=split, TOP_K=top_k, HAS_VALID=valid_rows is not None,
                **_record_consts(out))
     valid = valid_rows if valid_rows is not None else out.ids
+    # the last kernel lets a programmatic dependent (moe_experts' W1|W3) launch early
+    pdl = x.is_cuda and runs_pdl(x.device)
     # <= 4 rows: 8 warps for the select in the last CTA (a shorter dependent chain: 2 values a
     # thread at 1 row); the logits keep their bits (each element is the same chain of
     # m16n8k16 MMAs in K order at 4 or 8 warps)
@@ -202,7 +205,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         out.tiles, out.tick, t, d, x.stride(0), float(route_scale), E=e, BLOCK_T=block_t,
         BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K, K_CHUNK=_ROUTER_K_CHUNK,
         SELECT=select, SEL_ROWS=sel_rows, K_PAD=max(_np2(top_k), 16 // sel_rows), **sel,
-        num_warps=_SELECT_WARPS if select else 4)
+        PDL=pdl and select, num_warps=_SELECT_WARPS if select else 4)
     if not select:
         # One CTA of 8 warps per row: [1, E] tiles of 2 values a thread, so ptxas keeps all
         # SPLIT partial loads in flight at once (4 rows x 4 warps: 16 values a thread, loads
@@ -210,7 +213,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         K._router_select_kernel[(t,)](
             out.logits, gate_bias, valid, out.ids, out.weights, out.entries, out.tiles,
             out.tick, t, float(route_scale), E=e, BLOCK_T=1, K_PAD=_np2(top_k), **sel,
-            num_warps=_SELECT_WARPS)
+            PDL=pdl, num_warps=_SELECT_WARPS)
     return out
 
 
@@ -463,8 +466,10 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     w = weights
     sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
                                                               w.w2_scales)
-    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                  INTERPRETER=not x.is_cuda)
+    # programmatic dependent launches (each kernel after the one before; MoEConfig.pdl)
+    pdl = cfg.pdl and x.is_cuda and runs_pdl(x.device)
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, PDL=pdl,
+                  INTERPRETER=not x.is_cuda, **({"launch_pdl": True} if pdl else {}))
     up_launch = dict(launch, num_stages=cfg.up_stages)
     if cfg.up_maxnreg and x.is_cuda:
         up_launch["maxnreg"] = cfg.up_maxnreg
@@ -487,5 +492,6 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     if not combine:
         K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
             workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
-            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
+            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, PDL=pdl,
+            num_warps=4, **({"launch_pdl": True} if pdl else {}))
     return out
