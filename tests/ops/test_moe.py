@@ -545,13 +545,13 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
         bk = api._k_step(cfg.up_k, D // s)
         const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.up_n,
                      BLOCK_K=bk, SPLIT=s, JOIN=api._join_gate_up(cfg, bk, 32),
-                     PDL=cfg.pdl, INTERPRETER=False)
+                     PDL=cfg.pdl, PREFETCH=True, INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
         if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without
             const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.down_n,
                          BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 3,
-                         PDL=cfg.pdl, INTERPRETER=False)
+                         PDL=cfg.pdl, PREFETCH=True, INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
                                                          cfg.num_warps, cfg.num_stages)
 out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,

@@ -437,7 +437,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                    I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    SPLIT: tl.constexpr, JOIN: tl.constexpr, PDL: tl.constexpr,
-                   INTERPRETER: tl.constexpr):
+                   PREFETCH: tl.constexpr, INTERPRETER: tl.constexpr):
     """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
     rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
     beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
@@ -465,7 +465,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
     r_ok = n0 + offs_r % BLOCK_N < I
     if PDL:
-        if pid_m < SH_TILES:
+        if PREFETCH and pid_m < SH_TILES:
             prow = tl.where(r_ok, wrows, 0).to(tl.int64)
             _prefetch_l2(sw13_ptr, prow * D + it0 * BLOCK_K, STEPS * BLOCK_K)
             _prefetch_l2(ss13_ptr, (prow // 32) * (D // 32) + it0 * (BLOCK_K // 32),
@@ -531,7 +531,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
                      D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr,
-                     INTERPRETER: tl.constexpr):
+                     PREFETCH: tl.constexpr, INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
     first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``; the api sets it
@@ -555,9 +555,10 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
             w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             if PDL:
-                prow = tl.where(n_ok, offs_n, 0).to(tl.int64)
-                _prefetch_l2(w, prow * (I // 2), I // 2)
-                _prefetch_l2(s, prow * (I // SCALE_BLOCK), I // SCALE_BLOCK)
+                if PREFETCH:
+                    prow = tl.where(n_ok, offs_n, 0).to(tl.int64)
+                    _prefetch_l2(w, prow * (I // 2), I // 2)
+                    _prefetch_l2(s, prow * (I // SCALE_BLOCK), I // SCALE_BLOCK)
                 _pdl_wait(PDL)
             for it in range(I // BLOCK_K):
                 acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
@@ -569,9 +570,10 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
         ok = rows < T
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
         if PDL:
-            prow = tl.where(n_ok, offs_n, 0).to(tl.int64)
-            _prefetch_l2(sw2_ptr, prow * I, I)
-            _prefetch_l2(ss2_ptr, (prow // 32) * (I // 32), I // 32)
+            if PREFETCH:
+                prow = tl.where(n_ok, offs_n, 0).to(tl.int64)
+                _prefetch_l2(sw2_ptr, prow * I, I)
+                _prefetch_l2(ss2_ptr, (prow // 32) * (I // 32), I // 32)
             _pdl_wait(PDL)
         for it in range(I // BLOCK_K):
             acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,

@@ -41,6 +41,10 @@ _COMBINE_BLOCK_D = 1024
 # 32.45 against 27.33 + 2.72 at 6 rows: the fused sum costs ~1.76 + 0.67 (T - 1) µs on W2's
 # tail, the launch ~2.3-2.7 µs + ~0.7 µs of idle gap, even at T ~ 3.
 _COMBINE_FUSED_ROWS = 3
+# Parts of the PDL chain (MoEConfig.pdl), for scripts/moe_pdl_sweep.py: 1 the router releases
+# W1|W3 once its logits are stored, 2 the shared expert's W1|W3 CTAs prefetch before the wait,
+# 4 W2's CTAs prefetch before the wait.
+_PDL_PARTS = 7
 
 
 def _np2(n: int) -> int:
@@ -196,7 +200,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
                **_record_consts(out))
     valid = valid_rows if valid_rows is not None else out.ids
     # the last kernel lets a programmatic dependent (moe_experts' W1|W3) launch early
-    pdl = x.is_cuda and runs_pdl(x.device)
+    pdl = x.is_cuda and runs_pdl(x.device) and bool(_PDL_PARTS & 1)
     # <= 4 rows: 8 warps for the select in the last CTA (a shorter dependent chain: 2 values a
     # thread at 1 row); the logits keep their bits (each element is the same chain of
     # m16n8k16 MMAs in K order at 4 or 8 warps)
@@ -480,7 +484,8 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
         workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=up_k, SPLIT=split, JOIN=_join_gate_up(cfg, up_k, block), **up_launch)
+        BLOCK_K=up_k, SPLIT=split, JOIN=_join_gate_up(cfg, up_k, block),
+        PREFETCH=bool(_PDL_PARTS & 2), **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
     # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
     combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)
@@ -488,7 +493,8 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         workspace.h, routing.entries, routing.tiles, w.w2, w.w2_scales, sw2, ss2, workspace.part,
         routing.ids, routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
         out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine, **launch)
+        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine,
+        PREFETCH=bool(_PDL_PARTS & 4), **launch)
     if not combine:
         K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
             workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
