@@ -5,8 +5,7 @@ CUDA-graph replay of 20 back-to-back layers, each call with its own input rows, 
 shared-expert copy (8 copies, > L2) and, through its own routing, its own experts of a
 384-expert bank, so weights come from HBM as in a real step. Rows 1, 6, 12, 48, 96, 192 at
 the TP=4 rank shapes (I = 576) and TP=1 (I = 2304); also the DSpark draft layer (128 experts,
-top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-nopdl``
-(``ours`` with plain launches instead of programmatic dependent ones), ``ours-r1`` (round
+top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-r1`` (round
 1's tiles and launch plan, ``config.ROUND1``), ``ours-nosplit`` (``ours`` without the W1|W3
 split K; only where ``ours`` splits), ``ours-d32`` / ``ours-d64`` (``ours`` with the other W2
 tile width: 32 columns, twice the CTAs of half the work, where ``ours`` has 64; 64 at 1 row,
@@ -126,7 +125,6 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
     rows_out = []
     # the default (pick_config), round 1's plan and, where ours splits W1|W3 along K, no split
     variants = [("ours", pick_config(rows, top_k, True, layer.inter))]
-    variants.append(("ours-nopdl", dataclasses.replace(variants[0][1], pdl=False)))
     if variants[0][1] != ROUND1:
         variants.append(("ours-r1", ROUND1))
     if variants[0][1].up_split > 1:
@@ -222,8 +220,8 @@ def main(argv=None) -> None:
             rows_all += bench_case(layer, rows, top_k, tp, compiled, with_torch)
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "ours-nopdl", "ours-r1", "ours-nosplit", "ours-d32",
-                           "ours-d64", "torch"])
+    print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "ours-d32", "ours-d64",
+                           "torch"])
     path = write_rows(rows_all, "moe", args.out)
     print(f"appended {len(rows_all)} rows to {path}")
 

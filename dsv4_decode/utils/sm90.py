@@ -5,12 +5,10 @@ layouts, dot shapes and register allocation. A kernel can pass every CPU test an
 compile on an H200. ``spill_stores`` runs the real pipeline (Triton -> PTX -> ptxas for
 ``sm_90a``) and returns the spill-store bytes ptxas reports; ``run_compile_script`` runs a
 script that uses it in a child process without the interpreter (the tests set it in theirs).
-``runs_pdl`` says whether a device takes programmatic dependent launches.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -72,12 +70,3 @@ def run_compile_script(script: str, timeout: int = 300) -> dict:
                        timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-@functools.lru_cache(maxsize=8)
-def runs_pdl(device) -> bool:
-    """Whether ``device`` (a CUDA ``torch.device``) runs programmatic dependent launches
-    (``griddepcontrol``: sm_90+). Cached: the launchers ask on every call."""
-    import torch
-
-    return torch.cuda.get_device_capability(device)[0] >= 9

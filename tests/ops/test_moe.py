@@ -13,8 +13,6 @@ expert, weight, nibble order or scale would give (O(1) relative).
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -27,7 +25,6 @@ from dsv4_decode.ops.moe import (
     build_routing,
     moe_experts,
     moe_experts_ref,
-    pick_config,
     prepare_moe_weights,
     route,
     route_ref,
@@ -325,6 +322,7 @@ def test_bad_arguments(device, cpu_experts):
 
 def test_pick_config_split():
     """The split rule of pick_config (docs/kernels/moe.md): few rows -> many K chunks."""
+    from dsv4_decode.ops.moe import pick_config
     got = {(rows, inter, k): pick_config(rows, k, True, inter).up_split
            for rows, inter, k in ((1, 576, 6), (6, 576, 6), (12, 576, 6), (48, 576, 6),
                                   (192, 576, 6), (1, 2304, 6), (6, 2304, 6), (1, 576, 3))}
@@ -487,28 +485,6 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
     assert not ws.tick.any() and not r.tick.any(), "ticket counters not reset"
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 6, 48])
-def test_gpu_pdl_matches_plain_launches(gpu_bank, gpu_prepared, rows):
-    """The programmatic dependent launches (``MoEConfig.pdl``, the default: W2 reads the
-    routing and prefetches weights before it waits for W1|W3) give bitwise the output of
-    plain launches, for several routings in a row on one workspace (1 row: W2 with the
-    combine on its last CTAs; 6: split K and the combine launch; 48: ROUND1)."""
-    _, (gw, gb) = gpu_bank
-    gen = torch.Generator().manual_seed(21)
-    cfg = pick_config(rows, 6, True, 576)
-    assert cfg.pdl
-    ws = alloc_moe_workspace(rows, 6, 5120, 576, "cuda", cfg)
-    r = alloc_routing(rows, 6, 384, 5120, "cuda")
-    out = torch.empty(rows, 5120, dtype=torch.bfloat16, device="cuda")
-    for _ in range(3):
-        x = torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda()
-        plain = moe_experts(x, route(x, gw, gb), gpu_prepared,
-                            config=dataclasses.replace(cfg, pdl=False))
-        moe_experts(x, route(x, gw, gb, out=r), gpu_prepared, out=out, workspace=ws, config=cfg)
-        assert torch.equal(out, plain)
-
-
 # --------------------------------------------------------------------------- sm90 compile
 
 _COMPILE_SM90 = r'''
@@ -545,17 +521,17 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
         bk = api._k_step(cfg.up_k, D // s)
         const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.up_n,
                      BLOCK_K=bk, SPLIT=s, JOIN=api._join_gate_up(cfg, bk, 32),
-                     PDL=cfg.pdl, PREFETCH=True, INTERPRETER=False)
+                     INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
         if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without
             const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.down_n,
                          BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 3,
-                         PDL=cfg.pdl, PREFETCH=True, INTERPRETER=False)
+                         INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
                                                          cfg.num_warps, cfg.num_stages)
 out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
-                                                   BLOCK_D=api._COMBINE_BLOCK_D, PDL=True), 4)
+                                                   BLOCK_D=api._COMBINE_BLOCK_D), 4)
 for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: select launch
     r = api.alloc_routing(rows, 6, 384, 16, "cpu")
     sel = dict(E=384, SPLIT=20, TOP_K=6, HAS_VALID=True, **api._record_consts(r))
@@ -563,11 +539,10 @@ for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: sel
     out[f"logits-{rows}"] = build(K._router_logits_kernel, dict(
         BLOCK_T=16, BLOCK_E=api._ROUTER_BLOCK_E,
         BLOCK_K=api._ROUTER_BLOCK_K, K_CHUNK=api._ROUTER_K_CHUNK, SELECT=rows <= 4,
-        SEL_ROWS=min(4, rows), K_PAD=max(8, 16 // min(4, rows)), PDL=rows <= 4, **sel),
+        SEL_ROWS=min(4, rows), K_PAD=max(8, 16 // min(4, rows)), **sel),
         api._SELECT_WARPS if rows <= 4 else 4)
     if rows > 4:  # as route launches it: one row a CTA, 8 warps
-        out[f"select-{rows}"] = build(K._router_select_kernel,
-                                      dict(BLOCK_T=1, K_PAD=8, PDL=True, **sel),
+        out[f"select-{rows}"] = build(K._router_select_kernel, dict(BLOCK_T=1, K_PAD=8, **sel),
                                       api._SELECT_WARPS)
 out["record"] = build(K._route_record_kernel, dict(CAP=1152, NP=1024, E_PAD=512, BLOCK_M=16,
                                                     FILL=1024), 8)

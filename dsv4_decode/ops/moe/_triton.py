@@ -19,13 +19,6 @@ all with grids fixed by the shapes (graph-safe, idle CTAs exit):
 5. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order
                               (above 3 rows).
 
-PDL (``MoEConfig.pdl``, sm_90+): 3, 4 and 5 are programmatic dependent launches, each on the
-kernel before it, which releases them early (``griddepcontrol.launch_dependents``: the router
-once its logits are stored, W1|W3 and W2 right after their own wait). Before
-``griddepcontrol.wait`` a CTA only prefetches its weights into L2 (no kernel writes them) and,
-in W2 and the combine, reads the routing (complete before W1|W3 passed its wait, which is
-what released them); everything else comes after the wait.
-
 No float atomics anywhere: every output element is written by one CTA with a fixed reduction
 order, so replays are bitwise identical. The "last-arriving CTA" is decided by an int32 ticket
 counter per group in the workspace (``_last_arrival``), which that CTA resets to 0, so the next
@@ -36,7 +29,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # --------------------------------------------------------------------------- router
 
@@ -49,12 +41,11 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, bias_ptr, valid_ptr, ids_ptr, 
                           SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
                           SEL_ROWS: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
-                          FILL: tl.constexpr, PDL: tl.constexpr):
+                          FILL: tl.constexpr):
     """Partial logits of K chunk ``pid_s`` -> ``part[pid_s, T, E]``. SELECT (``T <= SEL_ROWS``):
     the last CTA to arrive (ticket ``tick_ptr``) then selects all T rows (``_select``) and
     writes the routing record from the ids it holds (``_record_keys``): route is one launch.
-    ``SEL_ROWS * K_PAD >= 16`` (the record's tile). PDL: W1|W3 may launch once every CTA has
-    stored its logits (its CTAs prefetch weights during the select)."""
+    ``SEL_ROWS * K_PAD >= 16`` (the record's tile)."""
     pid_e = tl.program_id(0)
     pid_s = tl.program_id(1)
     pid_t = tl.program_id(2)
@@ -70,8 +61,6 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, bias_ptr, valid_ptr, ids_ptr, 
         acc = tl.dot(xt, wt, acc)
     mask = (offs_t[:, None] < T) & (offs_e[None, :] < E)
     tl.store(part_ptr + (pid_s * T + offs_t[:, None]) * E + offs_e[None, :], acc, mask=mask)
-    if PDL:
-        gdc_launch_dependents()
     if SELECT:
         if _last_arrival(tick_ptr, tl.num_programs(0) * tl.num_programs(1)):
             ids, ent = _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, 0, T,
@@ -88,13 +77,10 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
                           SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
                           BLOCK_T: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
-                          FILL: tl.constexpr, PDL: tl.constexpr):
+                          FILL: tl.constexpr):
     """Grid ``cdiv(T, BLOCK_T)`` (route: BLOCK_T = 1, one CTA per row, above the logits
     kernel's SELECT rows). ``_select`` of this CTA's rows; the last CTA to arrive (ticket
-    ``tick_ptr``) writes the routing record from the ids in memory (all CTAs' rows). PDL:
-    W1|W3 may launch at once."""
-    if PDL:
-        gdc_launch_dependents()
+    ``tick_ptr``) writes the routing record from the ids in memory (all CTAs' rows)."""
     _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, tl.program_id(0) * BLOCK_T, T,
             route_scale, E, SPLIT, TOP_K, K_PAD, BLOCK_T, E_PAD, HAS_VALID)
     if _last_arrival(tick_ptr, tl.num_programs(0)):
@@ -371,28 +357,6 @@ def _last_arrival(tick_ptr, N_ARRIVALS):
 
 
 @triton.jit
-def _prefetch_l2(base, row_bytes, NBYTES: tl.constexpr):
-    """Hint: bring bytes ``[r, r + NBYTES)`` after ``base`` (any pointer type), for every byte
-    offset ``r`` of ``row_bytes`` (1-D, int64), into L2 (``prefetch.global.L2``, a line
-    per instruction; no result). One address every 128 bytes of a row plus its last byte, so
-    every line a row touches is named; rows that share lines repeat them, which is harmless."""
-    LINES: tl.constexpr = triton.next_power_of_2(triton.cdiv(NBYTES, 128) + 1)
-    step = tl.minimum(tl.arange(0, LINES) * 128, NBYTES - 1)
-    ptrs = base.to(tl.pointer_type(tl.uint8)) + row_bytes[:, None] + step[None, :]
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _pdl_wait(PDL: tl.constexpr):
-    """PDL: wait until the kernel before has finished and its writes are visible, then let
-    the kernel after launch (its CTAs take the slots ours free)."""
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
-
-
-@triton.jit
 def _swiglu(g, u):
     g = tl.minimum(g, 10.0)
     u = tl.minimum(tl.maximum(u, -10.0), 10.0)
@@ -436,8 +400,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                    gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
                    I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT: tl.constexpr, JOIN: tl.constexpr, PDL: tl.constexpr,
-                   PREFETCH: tl.constexpr, INTERPRETER: tl.constexpr):
+                   SPLIT: tl.constexpr, JOIN: tl.constexpr, INTERPRETER: tl.constexpr):
     """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
     rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
     beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
@@ -445,9 +408,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     ``tick[pid_m * I/BLOCK_N + n block]``). Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights
     as the MMA's M side: few rows per tile). JOIN (``api._join_gate_up``): W1's and W3's
     BLOCK_N rows in one ``[2 BLOCK_N, BLOCK_K]`` tile a step (one dot, one streaming scale
-    tile; the shared expert's tile scaled before the dot), else one tile each. PDL: the
-    shared expert's CTAs prefetch their K chunk of weights into L2 before the wait (the
-    routed ones cannot: their expert comes from the router)."""
+    tile; the shared expert's tile scaled before the dot), else one tile each."""
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(0) % SPLIT
     n0 = (tl.program_id(0) // SPLIT) * BLOCK_N
@@ -464,13 +425,6 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     offs_r = tl.arange(0, 2 * BLOCK_N)
     wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
     r_ok = n0 + offs_r % BLOCK_N < I
-    if PDL:
-        if PREFETCH and pid_m < SH_TILES:
-            prow = tl.where(r_ok, wrows, 0).to(tl.int64)
-            _prefetch_l2(sw13_ptr, prow * D + it0 * BLOCK_K, STEPS * BLOCK_K)
-            _prefetch_l2(ss13_ptr, (prow // 32) * (D // 32) + it0 * (BLOCK_K // 32),
-                         STEPS * BLOCK_K // 32)
-        _pdl_wait(PDL)
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
@@ -530,15 +484,12 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
                      ids_ptr, wts_ptr, out_ptr, tick_ptr, T, N_ENTRIES, SH_TILES, stride_out,
                      D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr,
-                     PREFETCH: tl.constexpr, INTERPRETER: tl.constexpr):
+                     BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
     first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``; the api sets it
     up to 3 rows): the last CTA of the column block to arrive (ticket ``tick[pid_n]``, every
-    tile counts, idle ones too) does ``_moe_combine_kernel``'s work for it (``_combine_rows``).
-    PDL: before the wait a CTA reads its tile's expert and entries and prefetches its weight
-    rows into L2 (W1|W3 is still running); h after it."""
+    tile counts, idle ones too) does ``_moe_combine_kernel``'s work for it (``_combine_rows``)."""
     pid_m = tl.program_id(1)
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -554,12 +505,6 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
-            if PDL:
-                if PREFETCH:
-                    prow = tl.where(n_ok, offs_n, 0).to(tl.int64)
-                    _prefetch_l2(w, prow * (I // 2), I // 2)
-                    _prefetch_l2(s, prow * (I // SCALE_BLOCK), I // SCALE_BLOCK)
-                _pdl_wait(PDL)
             for it in range(I // BLOCK_K):
                 acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
                                SCALE_BLOCK, BLOCK_K, INTERPRETER)
@@ -569,20 +514,12 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
-        if PDL:
-            if PREFETCH:
-                prow = tl.where(n_ok, offs_n, 0).to(tl.int64)
-                _prefetch_l2(sw2_ptr, prow * I, I)
-                _prefetch_l2(ss2_ptr, (prow // 32) * (I // 32), I // 32)
-            _pdl_wait(PDL)
         for it in range(I // BLOCK_K):
             acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
                            BLOCK_K)
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
     if COMBINE:
-        if PDL:
-            gdc_wait()  # idle tiles did not wait above; their tickets count too
         if _last_arrival(tick_ptr + pid_n, tl.num_programs(1)):
             _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, offs_m, offs_m < T, offs_n, n_ok,
                           D, N_ENTRIES, SH_TILES > 0, stride_out, TOP_K)
@@ -611,22 +548,15 @@ def _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, rows, row_ok, offs_d, d_o
 
 @triton.jit
 def _moe_combine_kernel(part_ptr, ids_ptr, wts_ptr, out_ptr, D, N_ENTRIES, stride_out,
-                        TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr,
-                        PDL: tl.constexpr):
-    """PDL: the routing (ids, weights) is read before the wait, W2's partials after it."""
+                        TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr):
     row = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = offs_d < D
-    slots = ()
-    for i in tl.static_range(TOP_K):
-        n = row * TOP_K + i
-        slots = slots + ((tl.load(ids_ptr + n), tl.load(wts_ptr + n)),)
-    if PDL:
-        gdc_wait()
     acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     for i in tl.static_range(TOP_K):  # slot order: deterministic
         n = row * TOP_K + i
-        e, w = slots[i]
+        e = tl.load(ids_ptr + n)
+        w = tl.load(wts_ptr + n)
         p = tl.load(part_ptr + n.to(tl.int64) * D + offs_d, mask=dmask & (e >= 0), other=0.0)
         acc += tl.where(e >= 0, w, 0.0) * p
     if HAS_SHARED:

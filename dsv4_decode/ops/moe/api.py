@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ...utils.sm90 import runs_pdl
 from . import _triton as K
 from .config import MoEConfig, pick_config
 
@@ -41,10 +40,6 @@ _COMBINE_BLOCK_D = 1024
 # 32.45 against 27.33 + 2.72 at 6 rows: the fused sum costs ~1.76 + 0.67 (T - 1) µs on W2's
 # tail, the launch ~2.3-2.7 µs + ~0.7 µs of idle gap, even at T ~ 3.
 _COMBINE_FUSED_ROWS = 3
-# Parts of the PDL chain (MoEConfig.pdl), for scripts/moe_pdl_sweep.py: 1 the router releases
-# W1|W3 once its logits are stored, 2 the shared expert's W1|W3 CTAs prefetch before the wait,
-# 4 W2's CTAs prefetch before the wait.
-_PDL_PARTS = 7
 
 
 def _np2(n: int) -> int:
@@ -199,8 +194,6 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     sel = dict(SPLIT=split, TOP_K=top_k, HAS_VALID=valid_rows is not None,
                **_record_consts(out))
     valid = valid_rows if valid_rows is not None else out.ids
-    # the last kernel lets a programmatic dependent (moe_experts' W1|W3) launch early
-    pdl = x.is_cuda and runs_pdl(x.device) and bool(_PDL_PARTS & 1)
     # <= 4 rows: 8 warps for the select in the last CTA (a shorter dependent chain: 2 values a
     # thread at 1 row); the logits keep their bits (each element is the same chain of
     # m16n8k16 MMAs in K order at 4 or 8 warps)
@@ -209,7 +202,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         out.tiles, out.tick, t, d, x.stride(0), float(route_scale), E=e, BLOCK_T=block_t,
         BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K, K_CHUNK=_ROUTER_K_CHUNK,
         SELECT=select, SEL_ROWS=sel_rows, K_PAD=max(_np2(top_k), 16 // sel_rows), **sel,
-        PDL=pdl and select, num_warps=_SELECT_WARPS if select else 4)
+        num_warps=_SELECT_WARPS if select else 4)
     if not select:
         # One CTA of 8 warps per row: [1, E] tiles of 2 values a thread, so ptxas keeps all
         # SPLIT partial loads in flight at once (4 rows x 4 warps: 16 values a thread, loads
@@ -217,7 +210,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         K._router_select_kernel[(t,)](
             out.logits, gate_bias, valid, out.ids, out.weights, out.entries, out.tiles,
             out.tick, t, float(route_scale), E=e, BLOCK_T=1, K_PAD=_np2(top_k), **sel,
-            PDL=pdl, num_warps=_SELECT_WARPS)
+            num_warps=_SELECT_WARPS)
     return out
 
 
@@ -470,10 +463,8 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     w = weights
     sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
                                                               w.w2_scales)
-    # programmatic dependent launches (each kernel after the one before; MoEConfig.pdl)
-    pdl = cfg.pdl and x.is_cuda and runs_pdl(x.device)
-    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, PDL=pdl,
-                  INTERPRETER=not x.is_cuda, **({"launch_pdl": True} if pdl else {}))
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                  INTERPRETER=not x.is_cuda)
     up_launch = dict(launch, num_stages=cfg.up_stages)
     if cfg.up_maxnreg and x.is_cuda:
         up_launch["maxnreg"] = cfg.up_maxnreg
@@ -484,8 +475,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
         workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
         TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=up_k, SPLIT=split, JOIN=_join_gate_up(cfg, up_k, block),
-        PREFETCH=bool(_PDL_PARTS & 2), **up_launch)
+        BLOCK_K=up_k, SPLIT=split, JOIN=_join_gate_up(cfg, up_k, block), **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
     # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
     combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)
@@ -493,11 +483,9 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         workspace.h, routing.entries, routing.tiles, w.w2, w.w2_scales, sw2, ss2, workspace.part,
         routing.ids, routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
         out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine,
-        PREFETCH=bool(_PDL_PARTS & 4), **launch)
+        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine, **launch)
     if not combine:
         K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
             workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
-            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, PDL=pdl,
-            num_warps=4, **({"launch_pdl": True} if pdl else {}))
+            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
     return out

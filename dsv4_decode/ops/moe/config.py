@@ -16,9 +16,6 @@ class MoEConfig:
     the GPU). num_warps: both kernels; up_stages / num_stages: pipeline depth of W1|W3 / W2.
     up_maxnreg: register cap of W1|W3 (0: the compiler's choice; 128 lets 8 two-warp CTAs
     share an SM instead of 5).
-    pdl: launch W1|W3, W2 and the combine as programmatic dependent launches (sm_90+; ignored
-    elsewhere): each kernel's CTAs start while the one before finishes and prefetch their
-    weights into L2 before they wait for it (``_triton`` module docstring).
     """
 
     block_m: int = 16
@@ -31,7 +28,6 @@ class MoEConfig:
     up_stages: int = 4
     up_maxnreg: int = 128
     up_split: int = 1
-    pdl: bool = True
 
     def __post_init__(self):
         for name in ("block_m", "up_n", "up_k", "down_n", "down_k"):

@@ -14,11 +14,12 @@ per-warp dim chunks (see the dim-split note below)."""
 
 from __future__ import annotations
 
+import functools
+
+import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-from ...utils.sm90 import runs_pdl
 
 LOG2E = 1.4426950408889634
 MERGE_VALUES = 8192  # partial values (splits x heads x dims) per merge CTA, see merge_dims
@@ -617,6 +618,12 @@ def merge_dims(d: int, n_split: int, block_h: int) -> int:
     return min(d, max(16, MERGE_VALUES // (ns * block_h)))
 
 
+@functools.lru_cache(maxsize=8)
+def _sm90(device: torch.device) -> bool:
+    """Whether ``device`` runs programmatic dependent launches (``griddepcontrol``: sm_90+)."""
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, block_table,
            indices, out, ws, cfg, window: int, softmax_scale: float):
     """Launch the kernel(s) for validated arguments (``ws``: workspace tensors or None)."""
@@ -633,7 +640,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     grid = (cfg.n_split, n_hb, t)
     # programmatic dependent launch only where there is a merge kernel and a GPU (sm_90+) to
     # run it
-    pdl = cfg.pdl and q.is_cuda and cfg.n_split > 1 and not cfg.fused_merge and runs_pdl(q.device)
+    pdl = cfg.pdl and q.is_cuda and cfg.n_split > 1 and not cfg.fused_merge and _sm90(q.device)
     _sparse_attn_kernel[grid](
         q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
         out, ws_acc, ws_m, ws_l, cnt,
