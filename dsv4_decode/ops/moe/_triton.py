@@ -126,6 +126,11 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
     parts = ()
     for s in tl.static_range(SPLIT):
         parts = parts + (tl.load(ptrs + s * T * E, mask=mask, other=0.0, cache_modifier=".cg"),)
+    # the bias and the valid count in the same round trip (after the barrier: one more)
+    bias = tl.load(bias_ptr + offs_e, mask=emask, other=0.0)
+    valid = tmask
+    if HAS_VALID:
+        valid = valid & (offs_t < tl.load(valid_ptr))
     tl.debug_barrier()  # pins every load above the first add (else ptxas interleaves them)
     z = tl.zeros((BLOCK_T, E_PAD), dtype=tl.float32)
     for s in tl.static_range(SPLIT):  # fixed order: deterministic logits
@@ -134,11 +139,7 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
     y = tl.exp(-tl.abs(z))
     log1p = tl.where(y < 1e-4, y * (1.0 - 0.5 * y), tl.log(1.0 + y))
     sigma = tl.sqrt(tl.maximum(z, 0.0) + log1p)  # >= +0: score is never -0.0
-    bias = tl.load(bias_ptr + offs_e, mask=emask, other=0.0)
     score = tl.where(emask[None, :], sigma + bias[None, :], float("-inf"))
-    valid = tmask
-    if HAS_VALID:
-        valid = valid & (offs_t < tl.load(valid_ptr))
     bits = score.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed order == float order
     key = (ordered.to(tl.int64) << 32) | (E_PAD - 1 - offs_e)[None, :].to(tl.int64)
@@ -243,14 +244,25 @@ def _halves(bits, INTERPRETER: tl.constexpr):
 
 
 @triton.jit
+def _mx4_scales(s_ptr, wrows, n_ok, it, K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+                BLOCK_K: tl.constexpr):
+    """The ue8m0 scale bytes of K step ``it`` of rows ``wrows``: int32 ``[BN, BK/b]``."""
+    offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
+    return tl.load(s_ptr + wrows[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
+                   mask=n_ok[:, None], other=127).to(tl.int32)
+
+
+@triton.jit
 def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
-             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr,
+             ws=None):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` (int32 words
     ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; ``wrows`` (``[BN]``, any rows) are
-    the weight rows of the tile, ``n_ok`` masks them. The result is 2^-63 times the true
-    product (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact
-    scale product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
+    the weight rows of the tile, ``n_ok`` masks them. ``ws``: this step's scales loaded by the
+    caller (``_mx4_scales``), else loaded here. The result is 2^-63 times the true product
+    (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact scale
+    product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
     BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
     q = tl.load(w_ptr + wrows[:, None] * (K // 8) + offs_w[None, :], mask=n_ok[:, None],
@@ -263,11 +275,10 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     # k order within the word: l0 h0 l2 h2 l1 h1 l3 h3 (api.REPACK_BITS)
     w = tl.join(tl.join(tl.join(l0, l1), tl.join(l2, l3)),
                 tl.join(tl.join(h0, h1), tl.join(h2, h3)))
-    offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
     # the [BN, BK/b] byte tile streams (cp.async) only from 4 bytes a thread: BN * BK/b >=
     # 4 x the CTA's threads (why W1|W3 takes its gate and up rows in one tile)
-    ws = tl.load(s_ptr + wrows[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
-                 mask=n_ok[:, None], other=127).to(tl.int32)
+    if ws is None:
+        ws = _mx4_scales(s_ptr, wrows, n_ok, it, K, SCALE_BLOCK, BLOCK_K)
     sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
     w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
     if INTERPRETER:
@@ -290,19 +301,34 @@ def _ue8m0_to_f32(s):
 
 
 @triton.jit
+def _fp8_scales(s_ptr, wrows, n_ok, it, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The ue8m0 block scales of K step ``it`` of rows ``wrows``: one ``[BN]`` tile per 32
+    columns (a tuple)."""
+    out = ()
+    for kk in tl.static_range(BLOCK_K // 32):
+        out = out + (tl.load(s_ptr + (wrows // 32) * (K // 32) + it * (BLOCK_K // 32) + kk,
+                             mask=n_ok, other=0),)
+    return out
+
+
+@triton.jit
 def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
-             n_ok, BLOCK_K: tl.constexpr):
+             n_ok, BLOCK_K: tl.constexpr, sc=None):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``) for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block
-    (``[ceil(N/32), K/32]``), applied to each 32-deep partial product in fp32."""
+    (``[ceil(N/32), K/32]``), applied to each 32-deep partial product in fp32. ``sc``: this
+    step's scales loaded by the caller (``_fp8_scales``), else loaded here."""
     for kk in tl.static_range(BLOCK_K // 32):
         offs_k = it * BLOCK_K + kk * 32 + tl.arange(0, 32)
         xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
                      other=0.0)
         wt = tl.load(w_ptr + wrows[:, None] * K + offs_k[None, :], mask=n_ok[:, None],
                      other=0.0)
-        s = tl.load(s_ptr + (wrows // 32) * (K // 32) + it * (BLOCK_K // 32) + kk, mask=n_ok,
-                    other=0)
+        if sc is None:
+            s = tl.load(s_ptr + (wrows // 32) * (K // 32) + it * (BLOCK_K // 32) + kk,
+                        mask=n_ok, other=0)
+        else:
+            s = sc[kk]
         part = tl.dot(wt.to(tl.bfloat16), xt)
         acc += part * _ue8m0_to_f32(s)[:, None]
     return acc
@@ -428,8 +454,11 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
-        if e >= 0:  # tiles past the last expert's group are idle
-            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
+        ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
+        # Tiles past the last expert's group are idle (e = -1, no entry; an active tile's first
+        # slot always holds one). Tested on both, so that both loads issue before the branch
+        # (on e alone, the entries' load sank below it: one round trip more).
+        if (e >= 0) & (tl.max(ent, 0) >= 0):
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             w = w13_ptr + e * (2 * I) * (D // 8)
@@ -499,46 +528,71 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)
-        if e >= 0:
-            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
+        ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
+        if (e >= 0) & (tl.max(ent, 0) >= 0):  # as in _moe_up_kernel
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
+            # Each step's scales load a step ahead: at under 4 bytes a thread they do not
+            # stream (cp.async), and loaded at their use each step waited for its round trip.
+            ws = _mx4_scales(s, offs_n, n_ok, 0, I, SCALE_BLOCK, BLOCK_K)
             for it in range(I // BLOCK_K):
+                nxt = _mx4_scales(s, offs_n, n_ok, tl.minimum(it + 1, I // BLOCK_K - 1), I,
+                                  SCALE_BLOCK, BLOCK_K)
                 acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
-                               SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                               SCALE_BLOCK, BLOCK_K, INTERPRETER, ws)
+                ws = nxt
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
+        sc = _fp8_scales(ss2_ptr, offs_n, n_ok, 0, I, BLOCK_K)  # a step ahead, as above
         for it in range(I // BLOCK_K):
+            nxt = _fp8_scales(ss2_ptr, offs_n, n_ok, tl.minimum(it + 1, I // BLOCK_K - 1), I,
+                              BLOCK_K)
             acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
-                           BLOCK_K)
+                           BLOCK_K, sc)
+            sc = nxt
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
     if COMBINE:
+        # the slots' experts and weights before the ticket: its round trip covers theirs
+        slots = _slot_weights(ids_ptr, wts_ptr, offs_m, offs_m < T, TOP_K)
         if _last_arrival(tick_ptr + pid_n, tl.num_programs(1)):
-            _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, offs_m, offs_m < T, offs_n, n_ok,
-                          D, N_ENTRIES, SH_TILES > 0, stride_out, TOP_K)
+            _combine_rows(part_ptr, slots, out_ptr, offs_m, offs_m < T, offs_n, n_ok, D,
+                          N_ENTRIES, SH_TILES > 0, stride_out, TOP_K)
 
 
 @triton.jit
-def _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, rows, row_ok, offs_d, d_ok, D,
-                  N_ENTRIES, HAS_SHARED, stride_out, TOP_K: tl.constexpr):
-    """``out[rows, offs_d] = sum_i w[t, i] * P[t*k + i] + P[N_ENTRIES + t]`` in slot order, fp32
-    ``[len(offs_d), len(rows)]`` (the order of ``_moe_combine_kernel``: the same bits). P was
-    written by other CTAs: loaded with ``.cg``. The slots' loads are unrolled (issued together)."""
-    acc = tl.zeros((offs_d.shape[0], rows.shape[0]), dtype=tl.float32)
+def _slot_weights(ids_ptr, wts_ptr, rows, row_ok, TOP_K: tl.constexpr):
+    """Per slot i of ``rows``: (``w[t, i]``, 0 where the slot is empty; whether it holds an
+    expert), a tuple of TOP_K pairs of ``[len(rows)]`` tiles."""
+    out = ()
     for i in tl.static_range(TOP_K):
         n = rows * TOP_K + i
         e = tl.load(ids_ptr + n, mask=row_ok, other=-1)
         w = tl.load(wts_ptr + n, mask=row_ok, other=0.0)
+        out = out + ((tl.where(e >= 0, w, 0.0), e >= 0),)
+    return out
+
+
+@triton.jit
+def _combine_rows(part_ptr, slots, out_ptr, rows, row_ok, offs_d, d_ok, D, N_ENTRIES,
+                  HAS_SHARED, stride_out, TOP_K: tl.constexpr):
+    """``out[rows, offs_d] = sum_i w[t, i] * P[t*k + i] + P[N_ENTRIES + t]`` in slot order, fp32
+    ``[len(offs_d), len(rows)]`` (the order of ``_moe_combine_kernel``: the same bits), the
+    slots from ``_slot_weights``. P was written by other CTAs: loaded with ``.cg``. The slots'
+    loads are unrolled (issued together)."""
+    acc = tl.zeros((offs_d.shape[0], rows.shape[0]), dtype=tl.float32)
+    for i in tl.static_range(TOP_K):
+        w, full = slots[i]
+        n = rows * TOP_K + i
         p = tl.load(part_ptr + n[None, :].to(tl.int64) * D + offs_d[:, None],
-                    mask=d_ok[:, None] & (e >= 0)[None, :], other=0.0, cache_modifier=".cg")
-        acc += tl.where(e >= 0, w, 0.0)[None, :] * p
+                    mask=d_ok[:, None] & full[None, :], other=0.0, cache_modifier=".cg")
+        acc += w[None, :] * p
     if HAS_SHARED:
         acc += tl.load(part_ptr + (N_ENTRIES + rows[None, :]).to(tl.int64) * D + offs_d[:, None],
                        mask=d_ok[:, None] & row_ok[None, :], other=0.0, cache_modifier=".cg")
