@@ -244,25 +244,14 @@ def _halves(bits, INTERPRETER: tl.constexpr):
 
 
 @triton.jit
-def _mx4_scales(s_ptr, wrows, n_ok, it, K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-                BLOCK_K: tl.constexpr):
-    """The ue8m0 scale bytes of K step ``it`` of rows ``wrows``: int32 ``[BN, BK/b]``."""
-    offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
-    return tl.load(s_ptr + wrows[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
-                   mask=n_ok[:, None], other=127).to(tl.int32)
-
-
-@triton.jit
 def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
-             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr,
-             ws=None):
+             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` (int32 words
     ``[N, K/8]``) with ue8m0 scales ``[N, K/SCALE_BLOCK]``; ``wrows`` (``[BN]``, any rows) are
-    the weight rows of the tile, ``n_ok`` masks them. ``ws``: this step's scales loaded by the
-    caller (``_mx4_scales``), else loaded here. The result is 2^-63 times the true product
-    (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact scale
-    product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
+    the weight rows of the tile, ``n_ok`` masks them. The result is 2^-63 times the true
+    product (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact
+    scale product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
     BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
     q = tl.load(w_ptr + wrows[:, None] * (K // 8) + offs_w[None, :], mask=n_ok[:, None],
@@ -275,10 +264,11 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     # k order within the word: l0 h0 l2 h2 l1 h1 l3 h3 (api.REPACK_BITS)
     w = tl.join(tl.join(tl.join(l0, l1), tl.join(l2, l3)),
                 tl.join(tl.join(h0, h1), tl.join(h2, h3)))
+    offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
     # the [BN, BK/b] byte tile streams (cp.async) only from 4 bytes a thread: BN * BK/b >=
     # 4 x the CTA's threads (why W1|W3 takes its gate and up rows in one tile)
-    if ws is None:
-        ws = _mx4_scales(s_ptr, wrows, n_ok, it, K, SCALE_BLOCK, BLOCK_K)
+    ws = tl.load(s_ptr + wrows[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
+                 mask=n_ok[:, None], other=127).to(tl.int32)
     sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
     w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
     if INTERPRETER:
@@ -301,34 +291,19 @@ def _ue8m0_to_f32(s):
 
 
 @triton.jit
-def _fp8_scales(s_ptr, wrows, n_ok, it, K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The ue8m0 block scales of K step ``it`` of rows ``wrows``: one ``[BN]`` tile per 32
-    columns (a tuple)."""
-    out = ()
-    for kk in tl.static_range(BLOCK_K // 32):
-        out = out + (tl.load(s_ptr + (wrows // 32) * (K // 32) + it * (BLOCK_K // 32) + kk,
-                             mask=n_ok, other=0),)
-    return out
-
-
-@triton.jit
 def _fp8_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
-             n_ok, BLOCK_K: tl.constexpr, sc=None):
+             n_ok, BLOCK_K: tl.constexpr):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``) for e4m3 ``W [N, K]`` with one ue8m0 scale per 32x32 block
-    (``[ceil(N/32), K/32]``), applied to each 32-deep partial product in fp32. ``sc``: this
-    step's scales loaded by the caller (``_fp8_scales``), else loaded here."""
+    (``[ceil(N/32), K/32]``), applied to each 32-deep partial product in fp32."""
     for kk in tl.static_range(BLOCK_K // 32):
         offs_k = it * BLOCK_K + kk * 32 + tl.arange(0, 32)
         xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
                      other=0.0)
         wt = tl.load(w_ptr + wrows[:, None] * K + offs_k[None, :], mask=n_ok[:, None],
                      other=0.0)
-        if sc is None:
-            s = tl.load(s_ptr + (wrows // 32) * (K // 32) + it * (BLOCK_K // 32) + kk,
-                        mask=n_ok, other=0)
-        else:
-            s = sc[kk]
+        s = tl.load(s_ptr + (wrows // 32) * (K // 32) + it * (BLOCK_K // 32) + kk, mask=n_ok,
+                    other=0)
         part = tl.dot(wt.to(tl.bfloat16), xt)
         acc += part * _ue8m0_to_f32(s)[:, None]
     return acc
@@ -534,28 +509,18 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             w = w2_ptr + e * D * (I // 8)
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
-            # Each step's scales load a step ahead: at under 4 bytes a thread they do not
-            # stream (cp.async), and loaded at their use each step waited for its round trip.
-            ws = _mx4_scales(s, offs_n, n_ok, 0, I, SCALE_BLOCK, BLOCK_K)
             for it in range(I // BLOCK_K):
-                nxt = _mx4_scales(s, offs_n, n_ok, tl.minimum(it + 1, I // BLOCK_K - 1), I,
-                                  SCALE_BLOCK, BLOCK_K)
                 acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
-                               SCALE_BLOCK, BLOCK_K, INTERPRETER, ws)
-                ws = nxt
+                               SCALE_BLOCK, BLOCK_K, INTERPRETER)
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         hrows = (N_ENTRIES + tl.where(ok, rows, 0)).to(tl.int64)
-        sc = _fp8_scales(ss2_ptr, offs_n, n_ok, 0, I, BLOCK_K)  # a step ahead, as above
         for it in range(I // BLOCK_K):
-            nxt = _fp8_scales(ss2_ptr, offs_n, n_ok, tl.minimum(it + 1, I // BLOCK_K - 1), I,
-                              BLOCK_K)
             acc = _fp8_dot(acc, h_ptr, hrows, ok, I, it, I, sw2_ptr, ss2_ptr, offs_n, n_ok,
-                           BLOCK_K, sc)
-            sc = nxt
+                           BLOCK_K)
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
     if COMBINE:
