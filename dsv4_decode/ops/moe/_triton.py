@@ -126,11 +126,6 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
     parts = ()
     for s in tl.static_range(SPLIT):
         parts = parts + (tl.load(ptrs + s * T * E, mask=mask, other=0.0, cache_modifier=".cg"),)
-    # the bias and the valid count in the same round trip (after the barrier: one more)
-    bias = tl.load(bias_ptr + offs_e, mask=emask, other=0.0)
-    valid = tmask
-    if HAS_VALID:
-        valid = valid & (offs_t < tl.load(valid_ptr))
     tl.debug_barrier()  # pins every load above the first add (else ptxas interleaves them)
     z = tl.zeros((BLOCK_T, E_PAD), dtype=tl.float32)
     for s in tl.static_range(SPLIT):  # fixed order: deterministic logits
@@ -139,7 +134,11 @@ def _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, row0, T, route_scal
     y = tl.exp(-tl.abs(z))
     log1p = tl.where(y < 1e-4, y * (1.0 - 0.5 * y), tl.log(1.0 + y))
     sigma = tl.sqrt(tl.maximum(z, 0.0) + log1p)  # >= +0: score is never -0.0
+    bias = tl.load(bias_ptr + offs_e, mask=emask, other=0.0)
     score = tl.where(emask[None, :], sigma + bias[None, :], float("-inf"))
+    valid = tmask
+    if HAS_VALID:
+        valid = valid & (offs_t < tl.load(valid_ptr))
     bits = score.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed order == float order
     key = (ordered.to(tl.int64) << 32) | (E_PAD - 1 - offs_e)[None, :].to(tl.int64)
@@ -429,11 +428,8 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
-        ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
-        # Tiles past the last expert's group are idle (e = -1, no entry; an active tile's first
-        # slot always holds one). Tested on both, so that both loads issue before the branch
-        # (on e alone, the entries' load sank below it: one round trip more).
-        if (e >= 0) & (tl.max(ent, 0) >= 0):
+        if e >= 0:  # tiles past the last expert's group are idle
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             w = w13_ptr + e * (2 * I) * (D // 8)
@@ -503,8 +499,8 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)
-        ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
-        if (e >= 0) & (tl.max(ent, 0) >= 0):  # as in _moe_up_kernel
+        if e >= 0:
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             w = w2_ptr + e * D * (I // 8)
@@ -524,40 +520,25 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
     if COMBINE:
-        # the slots' experts and weights before the ticket: its round trip covers theirs
-        slots = _slot_weights(ids_ptr, wts_ptr, offs_m, offs_m < T, TOP_K)
         if _last_arrival(tick_ptr + pid_n, tl.num_programs(1)):
-            _combine_rows(part_ptr, slots, out_ptr, offs_m, offs_m < T, offs_n, n_ok, D,
-                          N_ENTRIES, SH_TILES > 0, stride_out, TOP_K)
+            _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, offs_m, offs_m < T, offs_n, n_ok,
+                          D, N_ENTRIES, SH_TILES > 0, stride_out, TOP_K)
 
 
 @triton.jit
-def _slot_weights(ids_ptr, wts_ptr, rows, row_ok, TOP_K: tl.constexpr):
-    """Per slot i of ``rows``: (``w[t, i]``, 0 where the slot is empty; whether it holds an
-    expert), a tuple of TOP_K pairs of ``[len(rows)]`` tiles."""
-    out = ()
+def _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, rows, row_ok, offs_d, d_ok, D,
+                  N_ENTRIES, HAS_SHARED, stride_out, TOP_K: tl.constexpr):
+    """``out[rows, offs_d] = sum_i w[t, i] * P[t*k + i] + P[N_ENTRIES + t]`` in slot order, fp32
+    ``[len(offs_d), len(rows)]`` (the order of ``_moe_combine_kernel``: the same bits). P was
+    written by other CTAs: loaded with ``.cg``. The slots' loads are unrolled (issued together)."""
+    acc = tl.zeros((offs_d.shape[0], rows.shape[0]), dtype=tl.float32)
     for i in tl.static_range(TOP_K):
         n = rows * TOP_K + i
         e = tl.load(ids_ptr + n, mask=row_ok, other=-1)
         w = tl.load(wts_ptr + n, mask=row_ok, other=0.0)
-        out = out + ((tl.where(e >= 0, w, 0.0), e >= 0),)
-    return out
-
-
-@triton.jit
-def _combine_rows(part_ptr, slots, out_ptr, rows, row_ok, offs_d, d_ok, D, N_ENTRIES,
-                  HAS_SHARED, stride_out, TOP_K: tl.constexpr):
-    """``out[rows, offs_d] = sum_i w[t, i] * P[t*k + i] + P[N_ENTRIES + t]`` in slot order, fp32
-    ``[len(offs_d), len(rows)]`` (the order of ``_moe_combine_kernel``: the same bits), the
-    slots from ``_slot_weights``. P was written by other CTAs: loaded with ``.cg``. The slots'
-    loads are unrolled (issued together)."""
-    acc = tl.zeros((offs_d.shape[0], rows.shape[0]), dtype=tl.float32)
-    for i in tl.static_range(TOP_K):
-        w, full = slots[i]
-        n = rows * TOP_K + i
         p = tl.load(part_ptr + n[None, :].to(tl.int64) * D + offs_d[:, None],
-                    mask=d_ok[:, None] & full[None, :], other=0.0, cache_modifier=".cg")
-        acc += w[None, :] * p
+                    mask=d_ok[:, None] & (e >= 0)[None, :], other=0.0, cache_modifier=".cg")
+        acc += tl.where(e >= 0, w, 0.0)[None, :] * p
     if HAS_SHARED:
         acc += tl.load(part_ptr + (N_ENTRIES + rows[None, :]).to(tl.int64) * D + offs_d[:, None],
                        mask=d_ok[:, None] & row_ok[None, :], other=0.0, cache_modifier=".cg")
