@@ -1,10 +1,12 @@
 """Probe: the MoE layer's time (CUDA-graph replay, as ``bench moe``) for ``MoEConfig`` variants
 around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a row count.
 
-    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages]
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
-W2 tiles of 32 / 64 / 128 columns (variants equal to ``pick`` are skipped). Session 7 ran a
+W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
+stages and W1|W3 2 / 3 / 4 (4 with the register cap lifted, else it spills). Variants equal
+to ``pick`` are skipped. Session 7 ran a
 first version of it (other variant names, same timing; run 6, log in
 ``benchmarks/results/h200-session7/``) to check the rule after the joined W1|W3 tile:
 ``pick`` was within 0.15 us of the best variant at every row count.
@@ -21,9 +23,16 @@ from dsv4_decode.ops.moe import (MoEConfig, alloc_moe_workspace, alloc_routing, 
                                  pick_config, route)
 
 
-def variants(rows: int) -> dict[str, MoEConfig]:
+def variants(rows: int, stages: bool = False) -> dict[str, MoEConfig]:
     pick = pick_config(rows, 6, True, 576)
     out = {"pick": pick}
+    if stages:
+        for n in (2, 3, 4, 5):
+            out[f"w2_stages{n}"] = dataclasses.replace(pick, num_stages=n)
+        for n in (2, 3):
+            out[f"w13_stages{n}"] = dataclasses.replace(pick, up_stages=n)
+        out["w13_stages4_nocap"] = dataclasses.replace(pick, up_stages=4, up_maxnreg=0)
+        return {k: v for k, v in out.items() if k == "pick" or v != pick}
     for split in (2, 4, 8, 16):
         out[f"s{split}"] = MoEConfig(up_split=split, up_stages=3, up_maxnreg=128,
                                      down_n=pick.down_n)
@@ -32,7 +41,7 @@ def variants(rows: int) -> dict[str, MoEConfig]:
     return {k: v for k, v in out.items() if k == "pick" or v != pick}
 
 
-def main(rows_list: list[int]) -> None:
+def main(rows_list: list[int], stages: bool = False) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     layer = B.Layer(384, 576, gen)
     for rows in rows_list:
@@ -41,7 +50,7 @@ def main(rows_list: list[int]) -> None:
         routing = alloc_routing(rows, 6, 384, B.D, "cuda")
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
         res = []
-        for name, cfg in variants(rows).items():
+        for name, cfg in variants(rows, stages).items():
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
             state = {"i": 0}
 
@@ -60,4 +69,5 @@ def main(rows_list: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,6,12,48").split(",")])
+    main([int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,6,12,48").split(",")],
+         stages=sys.argv[2:3] == ["stages"])
