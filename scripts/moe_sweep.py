@@ -5,7 +5,7 @@ around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a ro
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
-stages and W1|W3 2 / 3 / 4 (4 with the register cap lifted, else it spills). Variants equal
+stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills). Variants equal
 to ``pick`` are skipped. Session 7 ran a
 first version of it (other variant names, same timing; run 6, log in
 ``benchmarks/results/h200-session7/``) to check the rule after the joined W1|W3 tile:
@@ -29,7 +29,7 @@ def variants(rows: int, stages: bool = False) -> dict[str, MoEConfig]:
     if stages:
         for n in (2, 3, 4, 5):
             out[f"w2_stages{n}"] = dataclasses.replace(pick, num_stages=n)
-        for n in (2, 3):
+        for n in (1, 2, 3):
             out[f"w13_stages{n}"] = dataclasses.replace(pick, up_stages=n)
         out["w13_stages4_nocap"] = dataclasses.replace(pick, up_stages=4, up_maxnreg=0)
         return {k: v for k, v in out.items() if k == "pick" or v != pick}
