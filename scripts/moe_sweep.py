@@ -5,11 +5,13 @@ around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a ro
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
-stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills). Variants equal
-to ``pick`` are skipped. Session 7 ran a
-first version of it (other variant names, same timing; run 6, log in
-``benchmarks/results/h200-session7/``) to check the rule after the joined W1|W3 tile:
-``pick`` was within 0.15 us of the best variant at every row count.
+stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills), and in the
+split configs W1|W3 capped at 104 / 96 registers (9 / 10 CTAs a SM). Variants equal to
+``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
+timing; run 6, log in ``benchmarks/results/h200-session7/``) to check the rule after the
+joined W1|W3 tile: ``pick`` was within 0.15 us of the best variant at every row count.
+Session 8 ran the ``stages`` mode (runs 6-8 of ``h200-session8``; the register caps were
+added after them, not yet run).
 """
 
 import dataclasses
@@ -32,6 +34,9 @@ def variants(rows: int, stages: bool = False) -> dict[str, MoEConfig]:
         for n in (1, 2, 3):
             out[f"w13_stages{n}"] = dataclasses.replace(pick, up_stages=n)
         out["w13_stages4_nocap"] = dataclasses.replace(pick, up_stages=4, up_maxnreg=0)
+        if pick.up_split > 1:  # 2 stages fit under a lower cap: 104 (9 CTAs a SM, no spill)
+            for cap in (104, 96):  # or 96 (10 CTAs, one spilled register)
+                out[f"w13_maxnreg{cap}"] = dataclasses.replace(pick, up_maxnreg=cap)
         return {k: v for k, v in out.items() if k == "pick" or v != pick}
     for split in (2, 4, 8, 16):
         out[f"s{split}"] = MoEConfig(up_split=split, up_stages=3, up_maxnreg=128,
