@@ -19,6 +19,7 @@ Determinism: no float atomics; every replay of the same inputs is bitwise identi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +63,11 @@ def _join_gate_up(cfg: MoEConfig, k_step: int, block: int) -> bool:
     on the H200 (docs/kernels/moe.md, session 7): joined wins in the split configs (1 and 6
     rows), separate tiles win with 256-deep steps (12 and 48 rows, whose tiles stream)."""
     return cfg.up_n * (k_step // block) < 4 * 32 * cfg.num_warps
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _fail(arg: str, got, need: str):
@@ -471,11 +477,24 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
     # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
     up_k = _k_step(cfg.up_k, d // split)
-    K._moe_up_kernel[(triton.cdiv(inter, cfg.up_n) * split, m_tiles)](
-        x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
-        workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles, D=d, I=inter,
-        TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n,
-        BLOCK_K=up_k, SPLIT=split, JOIN=_join_gate_up(cfg, up_k, block), **up_launch)
+    join = _join_gate_up(cfg, up_k, block)
+    up_args = (x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
+               workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles)
+    up_const = dict(D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
+                    BLOCK_N=cfg.up_n, BLOCK_K=up_k, SPLIT=split)
+    n_items = triton.cdiv(inter, cfg.up_n) * split  # of one tile
+    if cfg.up_workers:
+        if split == 1 or not join:
+            _fail("config.up_workers", cfg.up_workers,
+                  "0 unless W1|W3 is split (up_split > 1) and joined (api._join_gate_up)")
+        # the interpreter: 3 workers, so that each loops over several items
+        workers = cfg.up_workers * _sm_count(x.device) if x.is_cuda else 3
+        K._moe_up_persistent_kernel[(sh_tiles * n_items + workers,)](
+            *up_args, MAX_TILES=tiles, **up_const, WORKERS=workers, TILES_P2=_np2(tiles),
+            ITER_BOUND=triton.cdiv(tiles * n_items, workers) * (d // (split * up_k)),
+            **up_launch)
+    else:
+        K._moe_up_kernel[(n_items, m_tiles)](*up_args, **up_const, JOIN=join, **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
     # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
     combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)
