@@ -491,8 +491,9 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         workers = cfg.up_workers * _sm_count(x.device) if x.is_cuda else 3
         K._moe_up_persistent_kernel[(sh_tiles * n_items + workers,)](
             *up_args, MAX_TILES=tiles, **up_const, WORKERS=workers, TILES_P2=_np2(tiles),
-            ITER_BOUND=triton.cdiv(tiles * n_items, workers) * (d // (split * up_k)),
-            **up_launch)
+            # the interpreter's loop bound (the GPU bounds it by the active tiles)
+            ITER_BOUND=0 if x.is_cuda else triton.cdiv(tiles * n_items, workers) * (
+                d // (split * up_k)), **up_launch)
     else:
         K._moe_up_kernel[(n_items, m_tiles)](*up_args, **up_const, JOIN=join, **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
