@@ -213,21 +213,25 @@ def cpu_config(split, join=True):
     return cfg
 
 
-@pytest.mark.parametrize("join", [True, False])
-@pytest.mark.parametrize("split", [1, 4])
-@pytest.mark.parametrize("case", ["random", "same", "distinct", "padding"])
-def test_experts_match_ref(device, cpu_experts, case, split, join):
-    gen = torch.Generator().manual_seed(len(case))
-    rows, k = 4, 2
+def case_inputs(case, rows, pad, seed, device, cpu_experts, k=2):
+    """x, routing and weights of a CPU expert case (``pad``: the padding rows' slice)."""
+    gen = torch.Generator().manual_seed(seed)
     ids = {"random": random_ids, "same": same_ids, "distinct": distinct_ids,
            "padding": random_ids}[case](rows, k, E, gen)
     w = rand_weights(rows, k, gen)
     if case == "padding":
-        ids[1:3], w[1:3] = -1, 0.0
+        ids[pad], w[pad] = -1, 0.0
     x = torch.randn(rows, D, generator=gen).to(torch.bfloat16).to(device)
-    weights = tuple(t.to(device) if torch.is_tensor(t) else t for t in cpu_experts[:4]) + (
+    weights = tuple(t.to(device) for t in cpu_experts[:4]) + (
         tuple(t.to(device) for t in cpu_experts[4]),)
-    r = build_routing(ids.to(device), w.to(device), E)
+    return x, build_routing(ids.to(device), w.to(device), E), weights
+
+
+@pytest.mark.parametrize("join", [True, False])
+@pytest.mark.parametrize("split", [1, 4])
+@pytest.mark.parametrize("case", ["random", "same", "distinct", "padding"])
+def test_experts_match_ref(device, cpu_experts, case, split, join):
+    x, r, weights = case_inputs(case, 4, slice(1, 3), len(case), device, cpu_experts)
     y = run_experts(x, r, weights, config=cpu_config(split, join))
     check_close(y, ref_experts(x, r, weights))
 
@@ -237,22 +241,13 @@ def test_persistent_up_matches_grid(device, cpu_experts, case):
     """W1|W3 by persistent CTAs (``up_workers``; 3 under the interpreter, each looping over
     several (tile, n block, K chunk) items) gives bitwise the output of one CTA an item, and
     leaves the ticket counters at zero."""
-    gen = torch.Generator().manual_seed(30 + len(case))
-    rows, k = (4 if case == "distinct" else 6), 2  # distinct: rows * k <= E
-    ids = {"random": random_ids, "same": same_ids, "distinct": distinct_ids,
-           "padding": random_ids}[case](rows, k, E, gen)
-    w = rand_weights(rows, k, gen)
-    if case == "padding":
-        ids[2:5], w[2:5] = -1, 0.0
-    x = torch.randn(rows, D, generator=gen).to(torch.bfloat16).to(device)
-    weights = tuple(t.to(device) for t in cpu_experts[:4]) + (
-        tuple(t.to(device) for t in cpu_experts[4]),)
+    rows = 4 if case == "distinct" else 6  # distinct: rows * k <= E
+    x, r, weights = case_inputs(case, rows, slice(2, 5), 30 + len(case), device, cpu_experts)
     prepared = prepare_moe_weights(*weights)
-    r = build_routing(ids.to(device), w.to(device), E)
     cfg = cpu_config(4)
     grid = run_experts(x, r, weights, config=cfg, prepared=prepared)
     pcfg = dataclasses.replace(cfg, up_workers=1)
-    ws = alloc_moe_workspace(rows, k, D, I, device, pcfg)
+    ws = alloc_moe_workspace(rows, 2, D, I, device, pcfg)
     out = torch.full_like(x, float("nan"))
     moe_experts(x, r, prepared, out=out, workspace=ws, config=pcfg)
     assert torch.equal(out, grid)
