@@ -14,6 +14,9 @@ all with grids fixed by the shapes (graph-safe, idle CTAs exit):
 3. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
                               (split K: fp32 partials; the last-arriving chunk CTA of each
                               (tile, n block) sums them in chunk order and applies the SwiGLU);
+                              ``_moe_up_persistent_kernel`` is the same work of the split
+                              configs with the routed tiles taken by persistent CTAs
+                              (``MoEConfig.up_workers``, experimental, not the default);
 4. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``; up to 3 rows the
                               last-arriving CTA of each D column block also does 5 for it;
 5. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order
@@ -530,8 +533,8 @@ def _moe_up_persistent_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, s
     WORKERS others count the active routed tiles (``tiles[j] >= 0``: a prefix of the
     ``MAX_TILES <= TILES_P2``) and take items ``w, w + WORKERS, ...`` of them in one flattened
     loop over (item, K step), so that the software pipeline loads the next item's first steps
-    during the current item's last ones and its epilogue (``_up_store``: the same partials,
-    tickets and sums). Same results bitwise as ``_moe_up_kernel``."""
+    during the current item's last ones and its epilogue (``_up_store_in_loop``: the same
+    partials, tickets and sums). Same results bitwise as ``_moe_up_kernel``."""
     pid = tl.program_id(0)
     NB: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N
     STEPS: tl.constexpr = D // (SPLIT * BLOCK_K)
