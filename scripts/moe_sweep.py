@@ -22,8 +22,14 @@ import torch
 
 from dsv4_decode.bench import moe as B
 from dsv4_decode.bench.timing import graph_time_us
-from dsv4_decode.ops.moe import (MoEConfig, alloc_moe_workspace, alloc_routing, moe_experts,
-                                 pick_config, route)
+from dsv4_decode.ops.moe import (
+    MoEConfig,
+    alloc_moe_workspace,
+    alloc_routing,
+    moe_experts,
+    pick_config,
+    route,
+)
 
 
 def variants(rows: int, stages: bool = False) -> dict[str, MoEConfig]:
@@ -64,7 +70,7 @@ def main(rows_list: list[int], stages: bool = False) -> None:
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
             state = {"i": 0}
 
-            def fn(cfg=cfg, ws=ws, state=state):
+            def fn(cfg=cfg, ws=ws, state=state, xs=xs, routing=routing, out=out):
                 i = state["i"] % B.CALLS
                 state["i"] += 1
                 route(xs[i], *layer.gates[i % B.COPIES], top_k=6, out=routing)

@@ -383,15 +383,22 @@ def _up_store(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, tick_ptr, tick
         tl.store(gu_ptr + pid_s * chunk + row, acc_g, mask=mask)
         tl.store(gu_ptr + pid_s * chunk + row + I, acc_u, mask=mask)
         if _last_arrival(tick_ptr + tick, SPLIT):
-            # unrolled: each sum's SPLIT loads issue together (g's, then u's: 128 registers)
-            g = tl.zeros_like(acc_g)
-            for s in tl.static_range(SPLIT):
-                g += tl.load(gu_ptr + s * chunk + row, mask=mask, other=0.0, cache_modifier=".cg")
-            u = tl.zeros_like(acc_u)
-            for s in tl.static_range(SPLIT):
-                u += tl.load(gu_ptr + s * chunk + row + I, mask=mask, other=0.0,
-                             cache_modifier=".cg")
-            tl.store(h_dst, _swiglu(g, u).to(tl.bfloat16), mask=mask)
+            _sum_split_swiglu(gu_ptr, chunk, row, mask, h_dst, acc_g, I, SPLIT)
+
+
+@triton.jit
+def _sum_split_swiglu(gu_ptr, chunk, row, mask, h_dst, like, I: tl.constexpr,
+                      SPLIT: tl.constexpr):
+    """The last arrival's work: ``h = swiglu(sum_s g_s, sum_s u_s)`` over the SPLIT partials
+    in chunk order (other CTAs wrote them: ``.cg``). Unrolled: each sum's SPLIT loads issue
+    together (g's, then u's: 128 registers). ``like``: a tile of the partials' shape."""
+    g = tl.zeros_like(like)
+    for s in tl.static_range(SPLIT):
+        g += tl.load(gu_ptr + s * chunk + row, mask=mask, other=0.0, cache_modifier=".cg")
+    u = tl.zeros_like(like)
+    for s in tl.static_range(SPLIT):
+        u += tl.load(gu_ptr + s * chunk + row + I, mask=mask, other=0.0, cache_modifier=".cg")
+    tl.store(h_dst, _swiglu(g, u).to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
@@ -423,14 +430,7 @@ def _up_store_in_loop(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, tick_p
     ticket = tl.atomic_add(tick_ptr + tick + z, 1, sem="acq_rel", scope="gpu", mask=live)
     last = live & (ticket == SPLIT - 1)
     tl.store(tick_ptr + tick, 0, mask=last)
-    mask = mask & last
-    g = tl.zeros_like(acc_g)
-    for s in tl.static_range(SPLIT):
-        g += tl.load(gu_ptr + s * chunk + row, mask=mask, other=0.0, cache_modifier=".cg")
-    u = tl.zeros_like(acc_u)
-    for s in tl.static_range(SPLIT):
-        u += tl.load(gu_ptr + s * chunk + row + I, mask=mask, other=0.0, cache_modifier=".cg")
-    tl.store(h_dst, _swiglu(g, u).to(tl.bfloat16), mask=mask)
+    _sum_split_swiglu(gu_ptr, chunk, row, mask & last, h_dst, acc_g, I, SPLIT)
 
 
 @triton.jit

@@ -19,12 +19,12 @@ Determinism: no float atomics; every replay of the same inputs is bitwise identi
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 
+from ...utils.device import sm_count
 from . import _triton as K
 from .config import MoEConfig, pick_config
 
@@ -63,11 +63,6 @@ def _join_gate_up(cfg: MoEConfig, k_step: int, block: int) -> bool:
     on the H200 (docs/kernels/moe.md, session 7): joined wins in the split configs (1 and 6
     rows), separate tiles win with 256-deep steps (12 and 48 rows, whose tiles stream)."""
     return cfg.up_n * (k_step // block) < 4 * 32 * cfg.num_warps
-
-
-@functools.lru_cache(maxsize=8)
-def _sm_count(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _fail(arg: str, got, need: str):
@@ -488,7 +483,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
             _fail("config.up_workers", cfg.up_workers,
                   "0 unless W1|W3 is split (up_split > 1) and joined (api._join_gate_up)")
         # the interpreter: 3 workers, so that each loops over several items
-        workers = cfg.up_workers * _sm_count(x.device) if x.is_cuda else 3
+        workers = cfg.up_workers * sm_count(x.device) if x.is_cuda else 3
         K._moe_up_persistent_kernel[(sh_tiles * n_items + workers,)](
             *up_args, MAX_TILES=tiles, **up_const, WORKERS=workers, TILES_P2=_np2(tiles),
             # the interpreter's loop bound (the GPU bounds it by the active tiles)

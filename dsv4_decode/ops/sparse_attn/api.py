@@ -3,12 +3,12 @@ sinks, straight from the FP8 / NVFP4 caches (spec §5.5, §5.2, §5.3, §3.3-§3
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 
 from dsv4_decode.engine.cache import compressed_record_bytes, window_record_bytes
+from dsv4_decode.utils.device import sm_count
 
 from . import _triton
 from .config import SparseAttnConfig, pick_default
@@ -33,19 +33,12 @@ class SparseAttnWorkspace:
         return self.acc, self.m, self.l, self.counters
 
 
-@functools.lru_cache(maxsize=8)
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 132  # interpreter: behave as on an H200
-
-
 def pick_config(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
                 device: torch.device | str = "cuda") -> SparseAttnConfig:
     """The default launch config for these static shapes on ``device`` (``config.pick_default``:
     measured on the H200)."""
     return pick_default(rows, heads, head_dim, window, n_sel,
-                        sm_count=_sm_count(torch.device(device)))
+                        sm_count=sm_count(torch.device(device)))
 
 
 def make_workspace(rows: int, heads: int, head_dim: int, window: int, n_sel: int,

@@ -1,0 +1,16 @@
+"""What the launchers ask of the GPU they run on."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=8)
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (cached: launchers ask on every call); 132 (an
+    H200's) for a non-CUDA device, so that the interpreter sizes grids as on the GPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
