@@ -6,13 +6,12 @@ around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a ro
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
 stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills), and in the
-split configs W1|W3 capped at 104 / 96 registers (9 / 10 CTAs a SM) and the persistent W1|W3
-with 4 / 8 CTAs a SM (9 at 104 registers). Variants equal to
+split configs W1|W3 capped at 104 / 96 registers (9 / 10 CTAs a SM). Variants equal to
 ``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
 timing; run 6, log in ``benchmarks/results/h200-session7/``) to check the rule after the
 joined W1|W3 tile: ``pick`` was within 0.15 us of the best variant at every row count.
-Session 8 ran the ``stages`` mode (runs 6-8 of ``h200-session8``; the register caps were
-added after them, not yet run).
+Session 8 ran the ``stages`` mode (runs 6-8 of ``h200-session8``), session 9 with the register
+caps (run 1 of ``h200-session9``).
 """
 
 import dataclasses
@@ -44,10 +43,6 @@ def variants(rows: int, stages: bool = False) -> dict[str, MoEConfig]:
         if pick.up_split > 1:  # 2 stages fit under a lower cap: 104 (9 CTAs a SM, no spill)
             for cap in (104, 96):  # or 96 (10 CTAs, one spilled register)
                 out[f"w13_maxnreg{cap}"] = dataclasses.replace(pick, up_maxnreg=cap)
-            for workers in (4, 8):  # persistent W1|W3 (MoEConfig.up_workers)
-                out[f"w13_persist{workers}"] = dataclasses.replace(pick, up_workers=workers)
-            out["w13_persist9_maxnreg104"] = dataclasses.replace(pick, up_workers=9,
-                                                                 up_maxnreg=104)
         return {k: v for k, v in out.items() if k == "pick" or v != pick}
     for split in (2, 4, 8, 16):
         out[f"s{split}"] = MoEConfig(up_split=split, up_stages=3, up_maxnreg=128,

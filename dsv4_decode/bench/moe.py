@@ -7,9 +7,7 @@ shared-expert copy (8 copies, > L2) and, through its own routing, its own expert
 the TP=4 rank shapes (I = 576) and TP=1 (I = 2304); also the DSpark draft layer (128 experts,
 top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-r1`` (round
 1's tiles and launch plan, ``config.ROUND1``), ``ours-nosplit`` (``ours`` without the W1|W3
-split K; only where ``ours`` splits), ``ours-persist`` (``ours`` with W1|W3's routed tiles
-taken by 8 persistent CTAs a SM, ``MoEConfig.up_workers``; only where ``ours`` splits),
-``ours-d32`` / ``ours-d64`` (``ours`` with the other W2
+split K; only where ``ours`` splits), ``ours-d32`` / ``ours-d64`` (``ours`` with the other W2
 tile width: 32 columns, twice the CTAs of half the work, where ``ours`` has 64; 64 at 1 row,
 where ``pick_config`` takes 32; only where ``ours`` splits, the few-row grids) and ``torch`` (the
 PyTorch twin's math per slot, dequantise + matmuls, ``torch.compile``d; only where its gathered
@@ -131,7 +129,6 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
         variants.append(("ours-r1", ROUND1))
     if variants[0][1].up_split > 1:
         variants.append(("ours-nosplit", NOSPLIT))
-        variants.append(("ours-persist", dataclasses.replace(variants[0][1], up_workers=8)))
         other = 64 if variants[0][1].down_n == 32 else 32  # the other W2 tile width
         variants.append((f"ours-d{other}", dataclasses.replace(variants[0][1], down_n=other)))
     for impl, cfg in variants:
@@ -223,7 +220,7 @@ def main(argv=None) -> None:
             rows_all += bench_case(layer, rows, top_k, tp, compiled, with_torch)
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "ours-persist", "ours-r1", "ours-nosplit", "ours-d32",
+    print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "ours-d32",
                            "ours-d64", "torch"])
     path = write_rows(rows_all, "moe", args.out)
     print(f"appended {len(rows_all)} rows to {path}")

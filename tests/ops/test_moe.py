@@ -13,8 +13,6 @@ expert, weight, nibble order or scale would give (O(1) relative).
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -234,26 +232,6 @@ def test_experts_match_ref(device, cpu_experts, case, split, join):
     x, r, weights = case_inputs(case, 4, slice(1, 3), len(case), device, cpu_experts)
     y = run_experts(x, r, weights, config=cpu_config(split, join))
     check_close(y, ref_experts(x, r, weights))
-
-
-@pytest.mark.parametrize("case", ["random", "same", "distinct", "padding"])
-def test_persistent_up_matches_grid(device, cpu_experts, case):
-    """W1|W3 by persistent CTAs (``up_workers``; 3 under the interpreter, each looping over
-    several (tile, n block, K chunk) items) gives bitwise the output of one CTA an item, and
-    leaves the ticket counters at zero."""
-    rows = 4 if case == "distinct" else 6  # distinct: rows * k <= E
-    x, r, weights = case_inputs(case, rows, slice(2, 5), 30 + len(case), device, cpu_experts)
-    prepared = prepare_moe_weights(*weights)
-    cfg = cpu_config(4)
-    grid = run_experts(x, r, weights, config=cfg, prepared=prepared)
-    pcfg = dataclasses.replace(cfg, up_workers=1)
-    ws = alloc_moe_workspace(rows, 2, D, I, device, pcfg)
-    out = torch.full_like(x, float("nan"))
-    moe_experts(x, r, prepared, out=out, workspace=ws, config=pcfg)
-    assert torch.equal(out, grid)
-    assert not ws.tick.any()
-    with pytest.raises(ValueError, match="up_workers"):
-        moe_experts(x, r, prepared, config=dataclasses.replace(cpu_config(1), up_workers=1))
 
 
 @pytest.mark.parametrize("split", [1, 2])
@@ -515,36 +493,6 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
     assert not ws.tick.any() and not r.tick.any(), "ticket counters not reset"
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 6])
-def test_gpu_persistent_up_bitwise(gpu_bank, gpu_prepared, rows):
-    """The persistent W1|W3 (``up_workers=8``) equals the default bitwise, eager and over 50
-    graph replays alternating two inputs; the ticket counters end at zero."""
-    _, (gw, gb) = gpu_bank
-    gen = torch.Generator().manual_seed(40 + rows)
-    inputs = [torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda() for _ in range(2)]
-    eager = [moe_experts(v, route(v, gw, gb), gpu_prepared) for v in inputs]
-    cfg = dataclasses.replace(pick_config(rows, 6, True, 576), up_workers=8)
-    assert torch.equal(moe_experts(inputs[0], route(inputs[0], gw, gb), gpu_prepared,
-                                   config=cfg), eager[0])
-    x = inputs[0].clone()
-    r = alloc_routing(rows, 6, 384, 5120, "cuda")
-    ws = alloc_moe_workspace(rows, 6, 5120, 576, "cuda", cfg)
-    out = torch.empty(rows, 5120, dtype=torch.bfloat16, device="cuda")
-
-    def step():
-        route(x, gw, gb, out=r)
-        moe_experts(x, r, gpu_prepared, out=out, workspace=ws, config=cfg)
-
-    g = capture(step)
-    for i in range(50):
-        x.copy_(inputs[i % 2])
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, eager[i % 2]), f"replay {i}"
-    assert not ws.tick.any()
-
-
 # --------------------------------------------------------------------------- sm90 compile
 
 _COMPILE_SM90 = r'''
@@ -590,14 +538,6 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
                          INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
                                                          cfg.num_warps, cfg.num_stages)
-for rows in (1, 6):  # the persistent W1|W3 (up_workers, not the default yet)
-    cfg = pick_config(rows, 6, True, 576)
-    bk = api._k_step(cfg.up_k, D // cfg.up_split)
-    tiles = api.max_tiles(rows, 6, 384)
-    out[f"up-persistent-T{rows}"] = build(K._moe_up_persistent_kernel, dict(
-        D=D, I=576, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.up_n, BLOCK_K=bk,
-        SPLIT=cfg.up_split, MAX_TILES=tiles, WORKERS=8 * 132, TILES_P2=api._np2(tiles),
-        ITER_BOUND=1, INTERPRETER=False), cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
 out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
                                                    BLOCK_D=api._COMBINE_BLOCK_D), 4)
 for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: select launch
@@ -624,11 +564,9 @@ def test_compiles_for_sm90_without_spills():
     skips, run here. No register spills, except one found in session 5 once the build took
     the row strides as multiples of 16 (as every launch does), in every measured run since
     round 2 and bounded here: the router logits tile of > 32 rows (8 B). (The split-8 W1|W3
-    spill of 20 B went in session 7 with the one-tile gate|up step.) The experimental
-    persistent W1|W3 (``up_workers``, session 8, not measured yet) spills 12 B at 1 row."""
+    spill of 20 B went in session 7 with the one-tile gate|up step.)"""
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
     assert spills.pop("logits-48") <= 8
-    assert spills.pop("up-persistent-T1") <= 16  # the experimental persistent W1|W3, 1 row
     assert spills == {k: 0 for k in spills}, spills

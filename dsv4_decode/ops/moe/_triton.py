@@ -14,9 +14,6 @@ all with grids fixed by the shapes (graph-safe, idle CTAs exit):
 3. ``_moe_up_kernel``         W1|W3 of each tile's expert + clamped SwiGLU -> ``h [T*k + T, I]``
                               (split K: fp32 partials; the last-arriving chunk CTA of each
                               (tile, n block) sums them in chunk order and applies the SwiGLU);
-                              ``_moe_up_persistent_kernel`` is the same work of the split
-                              configs with the routed tiles taken by persistent CTAs
-                              (``MoEConfig.up_workers``, experimental, not the default);
 4. ``_moe_down_kernel``       W2 -> per-entry fp32 partials ``[T*k + T, D]``; up to 3 rows the
                               last-arriving CTA of each D column block also does 5 for it;
 5. ``_moe_combine_kernel``    ``out[t] = sum_i w[t, i] * P[t*k + i] + P[T*k + t]`` in slot order
@@ -402,38 +399,6 @@ def _sum_split_swiglu(gu_ptr, chunk, row, mask, h_dst, like, I: tl.constexpr,
 
 
 @triton.jit
-def _cta_barrier(v, INTERPRETER: tl.constexpr):
-    """``bar.sync 0`` as inline PTX (returns 0, to be added to an address so that what follows
-    waits for it). Triton's own barrier op stops its software pipeliner; this one does not.
-    The interpreter runs a CTA's threads together: no barrier there."""
-    if INTERPRETER:
-        return v * 0
-    return tl.inline_asm_elementwise("bar.sync 0;\n\tmov.u32 $0, 0;", "=r,r", [v],
-                                     dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _up_store_in_loop(acc_g, acc_u, ent, ok, offs_n, n_ok, h_ptr, gu_ptr, tick_ptr, tick, pid_s,
-                      N_ROWS, live, I: tl.constexpr, SPLIT: tl.constexpr,
-                      INTERPRETER: tl.constexpr):
-    """``_up_store`` (SPLIT > 1) without branches or Triton barriers, for an epilogue inside a
-    software-pipelined loop: the partial stores, an inline-PTX CTA barrier, the ticket, then
-    the last arrival's sums as loads masked by ``last`` (the same sums, bitwise). ``live``
-    False: nothing is written (the interpreter's padded iterations)."""
-    mask = ok[None, :] & n_ok[:, None] & live
-    h_dst = h_ptr + ent[None, :].to(tl.int64) * I + offs_n[:, None]
-    row = ent[None, :].to(tl.int64) * (2 * I) + offs_n[:, None]
-    chunk = N_ROWS.to(tl.int64) * (2 * I)
-    tl.store(gu_ptr + pid_s * chunk + row, acc_g, mask=mask)
-    tl.store(gu_ptr + pid_s * chunk + row + I, acc_u, mask=mask)
-    z = _cta_barrier(tick, INTERPRETER)  # every thread's partials before the release
-    ticket = tl.atomic_add(tick_ptr + tick + z, 1, sem="acq_rel", scope="gpu", mask=live)
-    last = live & (ticket == SPLIT - 1)
-    tl.store(tick_ptr + tick, 0, mask=last)
-    _sum_split_swiglu(gu_ptr, chunk, row, mask & last, h_dst, acc_g, I, SPLIT)
-
-
-@triton.jit
 def _grid_tick(I: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
     """The (tile, n block) ticket of a ``_moe_up_kernel`` CTA, from the program ids after the
     K loop: nothing stays live across the loop for it (no spill under the 128-register cap)."""
@@ -516,85 +481,6 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                                  ss13_ptr + (I // 32) * (D // 32), offs_n, n_ok, BLOCK_K)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
                   gu_ptr, tick_ptr, _grid_tick(I, BLOCK_N, SPLIT), pid_s, n_rows, I, SPLIT)
-
-
-@triton.jit
-def _moe_up_persistent_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr,
-                              h_ptr, gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES,
-                              MAX_TILES: tl.constexpr, D: tl.constexpr, I: tl.constexpr,
-                              TOP_K: tl.constexpr,
-                              SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-                              WORKERS: tl.constexpr, TILES_P2: tl.constexpr,
-                              ITER_BOUND: tl.constexpr, INTERPRETER: tl.constexpr):
-    """``_moe_up_kernel``'s joined split-K work (JOIN, SPLIT > 1), with the routed tiles taken
-    by persistent CTAs. Grid ``SH_TILES * I/BLOCK_N * SPLIT + WORKERS``: the first CTAs each
-    take one shared-expert item (tile, n block, K chunk) as ``_moe_up_kernel`` does; the
-    WORKERS others count the active routed tiles (``tiles[j] >= 0``: a prefix of the
-    ``MAX_TILES <= TILES_P2``) and take items ``w, w + WORKERS, ...`` of them in one flattened
-    loop over (item, K step), so that the software pipeline loads the next item's first steps
-    during the current item's last ones and its epilogue (``_up_store_in_loop``: the same
-    partials, tickets and sums). Same results bitwise as ``_moe_up_kernel``."""
-    pid = tl.program_id(0)
-    NB: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N
-    STEPS: tl.constexpr = D // (SPLIT * BLOCK_K)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_r = tl.arange(0, 2 * BLOCK_N)
-    n_rows = N_ENTRIES + T
-    n_shared = SH_TILES * NB * SPLIT
-    if pid < n_shared:
-        pid_m = pid // (NB * SPLIT)
-        pid_s = pid % SPLIT
-        n0 = (pid // SPLIT) % NB * BLOCK_N
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
-        r_ok = n0 + offs_r % BLOCK_N < I
-        rows = pid_m * BLOCK_M + offs_m
-        ok = rows < T
-        acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for j in range(STEPS):
-            acc = _fp8_dot_prescaled(acc, x_ptr, rows, ok, stride_x, pid_s * STEPS + j, D,
-                                     sw13_ptr, ss13_ptr, wrows, r_ok, BLOCK_K, INTERPRETER)
-        acc_g, acc_u = _gate_up(acc)
-        _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, offs_n < I,
-                  h_ptr, gu_ptr, tick_ptr, pid_m * NB + (pid // SPLIT) % NB, pid_s, n_rows, I,
-                  SPLIT)
-    else:
-        w = pid - n_shared
-        offs_t = tl.arange(0, TILES_P2)
-        active = tl.load(tiles_ptr + offs_t, mask=offs_t < MAX_TILES, other=-1) >= 0
-        n_items = tl.sum(active.to(tl.int32)) * (NB * SPLIT)
-        n_mine = (n_items - w + WORKERS - 1) // WORKERS  # <= 0: no item
-        acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
-        # the interpreter cannot bound a loop by a reduced value: it runs ITER_BOUND steps,
-        # the most a worker can have, and the items past n_mine write nothing (``live``)
-        for it in range(0, ITER_BOUND if INTERPRETER else n_mine * STEPS):
-            q = it // STEPS
-            j = it - q * STEPS
-            live = q < n_mine
-            item = w + q * WORKERS
-            pid_s = item % SPLIT
-            nb = (item // SPLIT) % NB
-            tile = tl.where(live, item // (SPLIT * NB), 0)
-            e = tl.load(tiles_ptr + tile).to(tl.int64)
-            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
-            ok = ent >= 0
-            rows = tl.where(ok, ent // TOP_K, 0)
-            n0 = nb * BLOCK_N
-            wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
-            r_ok = n0 + offs_r % BLOCK_N < I
-            acc = _mx4_dot(acc, x_ptr, rows, ok, stride_x, pid_s * STEPS + j, D,
-                           w13_ptr + e * (2 * I) * (D // 8),
-                           s13_ptr + e * (2 * I) * (D // SCALE_BLOCK), wrows, r_ok, SCALE_BLOCK,
-                           BLOCK_K, INTERPRETER)
-            if j == STEPS - 1:
-                acc_g, acc_u = _gate_up(acc)
-                offs_n = n0 + tl.arange(0, BLOCK_N)
-                _up_store_in_loop(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok,
-                                  offs_n, offs_n < I, h_ptr, gu_ptr, tick_ptr,
-                                  (SH_TILES + tile) * NB + nb, pid_s, n_rows, live, I, SPLIT,
-                                  INTERPRETER)
-                acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
 
 
 @triton.jit

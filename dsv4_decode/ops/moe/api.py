@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ...utils.device import sm_count
 from . import _triton as K
 from .config import MoEConfig, pick_config
 
@@ -478,19 +477,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     up_const = dict(D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
                     BLOCK_N=cfg.up_n, BLOCK_K=up_k, SPLIT=split)
     n_items = triton.cdiv(inter, cfg.up_n) * split  # of one tile
-    if cfg.up_workers:
-        if split == 1 or not join:
-            _fail("config.up_workers", cfg.up_workers,
-                  "0 unless W1|W3 is split (up_split > 1) and joined (api._join_gate_up)")
-        # the interpreter: 3 workers, so that each loops over several items
-        workers = cfg.up_workers * sm_count(x.device) if x.is_cuda else 3
-        K._moe_up_persistent_kernel[(sh_tiles * n_items + workers,)](
-            *up_args, MAX_TILES=tiles, **up_const, WORKERS=workers, TILES_P2=_np2(tiles),
-            # the interpreter's loop bound (the GPU bounds it by the active tiles)
-            ITER_BOUND=0 if x.is_cuda else triton.cdiv(tiles * n_items, workers) * (
-                d // (split * up_k)), **up_launch)
-    else:
-        K._moe_up_kernel[(n_items, m_tiles)](*up_args, **up_const, JOIN=join, **up_launch)
+    K._moe_up_kernel[(n_items, m_tiles)](*up_args, **up_const, JOIN=join, **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
     # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
     combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)

@@ -16,10 +16,6 @@ class MoEConfig:
     the GPU). num_warps: both kernels; up_stages / num_stages: pipeline depth of W1|W3 / W2.
     up_maxnreg: register cap of W1|W3 (0: the compiler's choice; 128 lets 8 two-warp CTAs
     share an SM instead of 5).
-    up_workers: 0, or W1|W3's routed tiles taken by ``up_workers`` persistent CTAs a SM, each
-    looping over (tile, n block, K chunk) items in one software-pipelined loop
-    (``_moe_up_persistent_kernel``; needs the joined split-K form: ``up_split > 1`` and
-    ``api._join_gate_up``). Experimental: not measured yet.
     """
 
     block_m: int = 16
@@ -32,7 +28,6 @@ class MoEConfig:
     up_stages: int = 4
     up_maxnreg: int = 128
     up_split: int = 1
-    up_workers: int = 0
 
     def __post_init__(self):
         for name in ("block_m", "up_n", "up_k", "down_n", "down_k"):
@@ -44,8 +39,6 @@ class MoEConfig:
                 raise ValueError(f"MoEConfig.{name}: got {getattr(self, name)}, needs >= 32")
         if not 1 <= self.up_split <= 16:
             raise ValueError(f"MoEConfig.up_split: got {self.up_split}, needs 1..16")
-        if not 0 <= self.up_workers <= 32:
-            raise ValueError(f"MoEConfig.up_workers: got {self.up_workers}, needs 0..32")
         if self.up_maxnreg and not 64 <= self.up_maxnreg <= 255:
             raise ValueError(f"MoEConfig.up_maxnreg: got {self.up_maxnreg}, needs 0 or 64..255")
 
