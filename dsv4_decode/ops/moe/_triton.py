@@ -244,20 +244,23 @@ def _halves(bits, INTERPRETER: tl.constexpr):
 
 @triton.jit
 def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
-             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRETER: tl.constexpr):
+             n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, GRANULE_N: tl.constexpr,
+             INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
-    ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W`` stored by
-    blocks of 32 rows (int32 words ``[N/32, K/64, 32, 8]``, ``api.block_major``) with ue8m0
-    scales ``[N, K/SCALE_BLOCK]``; ``wrows`` (``[BN]``, any rows) are
+    ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W``: int32 words
+    ``[N, K/8]`` (GRANULE_N = 0: W1|W3) or granule-major ``[K/64, N, 8]`` (GRANULE_N = N: W2,
+    ``api.granule_major``), with ue8m0 scales ``[N, K/SCALE_BLOCK]``; ``wrows`` (``[BN]``) are
     the weight rows of the tile, ``n_ok`` masks them. The result is 2^-63 times the true
     product (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact
     scale product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
     BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
-    # word c of row r at ((r // 32) * K/64 + c // 8) * 256 + (r % 32) * 8 + c % 8
-    q = tl.load(w_ptr + ((wrows // 32)[:, None] * (K // 64) + (offs_w // 8)[None, :]) * 256
-                + (wrows % 32)[:, None] * 8 + (offs_w % 8)[None, :], mask=n_ok[:, None],
-                other=0)
+    if GRANULE_N:  # word c of row r at (c // 8) * 8N + 8r + c % 8
+        w_ptrs = w_ptr + ((offs_w // 8)[None, :] * (8 * GRANULE_N) + wrows[:, None] * 8
+                          + offs_w[None, :] % 8)
+    else:
+        w_ptrs = w_ptr + wrows[:, None] * (K // 8) + offs_w[None, :]
+    q = tl.load(w_ptrs, mask=n_ok[:, None], other=0)
     l0, h0 = _halves(q & _M2, INTERPRETER)
     l1, h1 = _halves((q << 3) & _M2, INTERPRETER)
     l2, h2 = _halves((q << 6) & _M2, INTERPRETER)
@@ -451,17 +454,17 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                 acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
                 for j in range(STEPS):
                     acc = _mx4_dot(acc, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, wrows,
-                                   r_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                                   r_ok, SCALE_BLOCK, BLOCK_K, 0, INTERPRETER)
                 acc_g, acc_u = _gate_up(acc)
             else:
                 acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
                 acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
                 for j in range(STEPS):
                     acc_g = _mx4_dot(acc_g, x_ptr, rows, ok, stride_x, it0 + j, D, w, s, offs_n,
-                                     n_ok, SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                                     n_ok, SCALE_BLOCK, BLOCK_K, 0, INTERPRETER)
                     acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D,
                                      w + I * (D // 8), s + I * (D // SCALE_BLOCK), offs_n, n_ok,
-                                     SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                                     SCALE_BLOCK, BLOCK_K, 0, INTERPRETER)
             _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
                       h_ptr, gu_ptr, tick_ptr, _grid_tick(I, BLOCK_N, SPLIT), pid_s, n_rows, I,
                       SPLIT)
@@ -521,7 +524,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
                 acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
-                               SCALE_BLOCK, BLOCK_K, INTERPRETER)
+                               SCALE_BLOCK, BLOCK_K, D, INTERPRETER)
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])
     else:

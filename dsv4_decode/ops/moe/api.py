@@ -302,29 +302,28 @@ def repack_mxfp4(packed: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def block_major(words: torch.Tensor) -> torch.Tensor:
-    """Repacked rows ``int32 [E, N, K/8]`` -> ``[E, N/32, K/64, 32, 8]``: the 64-input granule
-    of 32 rows is one contiguous KB, and a block of 32 rows runs its granules in K order, so
-    a CTA (32 or 64 rows) reads each K step as 1-4 contiguous KB and its steps one after the
-    other in memory, instead of a 32-128 byte piece of every 288-2,560 byte row
-    (docs/kernels/moe.md, session 9). Load time only."""
+def granule_major(words: torch.Tensor) -> torch.Tensor:
+    """Repacked rows ``int32 [E, N, K/8]`` -> ``[E, K/64, N, 8]``: each 64-input granule of
+    all N rows is one contiguous block. For W2 (K = I): a K step of 64 inputs of a CTA's 32-64
+    rows is then one contiguous 1-2 KB run of whole lines, not a 32-byte sector of every
+    288-byte row. W1|W3 stays row-major: its steps read 64-128 bytes a row, and there this
+    layout (and one by blocks of 32 rows) measured slower from 12 rows up (docs/kernels/moe.md,
+    session 9). Load time only."""
     e, n, kw = words.shape
-    if kw % 8 or n % 32:
-        _fail("words", tuple(words.shape), "[E, N, K/8] with N % 32 == 0, K % 64 == 0")
-    return words.view(e, n // 32, 32, kw // 8, 8).permute(0, 1, 3, 2, 4).contiguous()
+    if kw % 8:
+        _fail("words", tuple(words.shape), "[E, N, K/8] with K % 64 == 0")
+    return words.view(e, n, kw // 8, 8).permute(0, 2, 1, 3).contiguous()
 
 
 @dataclass(frozen=True)
 class MoEWeights:
     """One MoE layer's expert weights in the kernels' layout (``prepare_moe_weights``).
 
-    w13         int32 ``[E, 2I/32, D/64, 32, 8]``: W1 (rows 0..I-1) then W3 (rows I..2I-1),
-                MXFP4 repacked by ``repack_mxfp4`` and stored by blocks of 32 rows
-                (``block_major``): ``w13[e, b, g, r, j]`` = word ``8g + j`` (inputs ``64g ..
-                64g + 63``) of row ``32b + r``; w13_scales uint8 ``[E, 2I, D/s]`` ue8m0 per
-                ``s`` inputs (row-major).
-    w2          int32 ``[E, D/32, I/64, 32, 8]`` (the same layout); w2_scales uint8
-                ``[E, D, I/s]``.
+    w13         int32 ``[E, 2I, D/8]``: W1 (rows 0..I-1) then W3 (rows I..2I-1), MXFP4 repacked
+                by ``repack_mxfp4``; w13_scales uint8 ``[E, 2I, D/b]`` ue8m0 per ``b`` inputs.
+    w2          int32 ``[E, I/64, D, 8]``, repacked and stored granule-major
+                (``granule_major``): ``w2[e, g, n, j]`` = word ``8g + j`` of row n (inputs
+                ``64g .. 64g + 63``); w2_scales uint8 ``[E, D, I/b]`` (row-major).
     shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
                 scale uint8 [D/32, I/32])``: the checkpoint layout, one ue8m0 per 32x32 block.
     block       b, the MXFP4 scale block: 32 (V4.1) or 16.
@@ -343,11 +342,11 @@ class MoEWeights:
 
     @property
     def hidden(self) -> int:
-        return self.w2.shape[1] * 32
+        return self.w2.shape[2]
 
     @property
     def inter(self) -> int:
-        return self.w13.shape[1] * 16
+        return self.w13.shape[1] // 2
 
 
 def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.Tensor,
@@ -358,8 +357,8 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     nibble = even input index) + w13_scales uint8 ``[E, 2I, D/b]``; w2 uint8 ``[E, D, I/2]`` +
     w2_scales uint8 ``[E, D, I/b]``; b = 32 or 16 (read from the scale shapes); ``shared`` as
     in ``MoEWeights``. The bits are permuted within each 32-bit word (``repack_mxfp4``) so the
-    kernel turns 8 values into bf16 with a few 32-bit operations, and the words are stored
-    by blocks of 32 rows (``block_major``: a CTA's K steps read contiguous KBs); the scales and
+    kernel turns 8 values into bf16 with a few 32-bit operations, and W2's words are stored
+    granule-major (``granule_major``: each K step of a CTA reads whole lines); the scales and
     the shared expert keep the checkpoint layout. D and I must be multiples of 64.
     ue8m0 scale bytes must lie in [64, 191] (weights between 2^-64 and 2^66; real checkpoints
     use ~110..130): the kernels scale by ``2^(s-64)`` in bf16. Not for the decode step: it
@@ -367,8 +366,8 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     """
     e, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
     shared = None if shared is None else tuple(t.contiguous() for t in shared)
-    return MoEWeights(block_major(repack_mxfp4(w13)), w13_scales.contiguous(),
-                      block_major(repack_mxfp4(w2)), w2_scales.contiguous(), shared, block)
+    return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(),
+                      granule_major(repack_mxfp4(w2)), w2_scales.contiguous(), shared, block)
 
 
 def stack_experts(state: dict, prefix: str, n_experts: int) -> MoEWeights:
