@@ -234,6 +234,22 @@ def test_experts_match_ref(device, cpu_experts, case, split, join):
     check_close(y, ref_experts(x, r, weights))
 
 
+@pytest.mark.parametrize("inter", [64, 128])
+def test_experts_w2_layouts(device, inter):
+    """W2 stored granule-major (I % 128 == 64) and row-major (I = 128), against the twin."""
+    gen = torch.Generator().manual_seed(inter)
+    weights = make_experts(E, D, inter, "cpu", gen)
+    weights = tuple(t.to(device) for t in weights[:4]) + (tuple(t.to(device) for t in weights[4]),)
+    prepared = prepare_moe_weights(*weights)
+    assert prepared.w2_granule == (inter == 64) and prepared.hidden == D
+    assert prepared.inter == inter
+    ids = random_ids(5, 2, E, gen)
+    r = build_routing(ids.to(device), rand_weights(5, 2, gen).to(device), E)
+    x = torch.randn(5, D, generator=gen).to(torch.bfloat16).to(device)
+    y = run_experts(x, r, weights, config=cpu_config(2), prepared=prepared)
+    check_close(y, ref_experts(x, r, weights))
+
+
 @pytest.mark.parametrize("split", [1, 2])
 def test_experts_block16_no_shared_extreme(device, split):
     """Scale block 16, no shared expert, activations large enough to engage the clamp."""
@@ -535,7 +551,7 @@ for rows, inter in ((1, 576), (12, 576), (48, 576), (1, 2304), (48, 2304)):
         if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without
             const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=16, BLOCK_N=cfg.down_n,
                          BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 3,
-                         INTERPRETER=False)
+                         W2_GRANULE=inter % 128 == 64, INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
                                                          cfg.num_warps, cfg.num_stages)
 out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,

@@ -248,11 +248,12 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
              INTERPRETER: tl.constexpr):
     """``acc [BN, BM] += W[wrows, k0:k0+BK] @ x[rows, k0:k0+BK]^T`` (``k0 = it * BK``,
     ``K % BK == 0``, so no K masks and 16-byte loads) for repacked MXFP4 ``W``: int32 words
-    ``[N, K/8]`` (GRANULE_N = 0: W1|W3) or granule-major ``[K/64, N, 8]`` (GRANULE_N = N: W2,
-    ``api.granule_major``), with ue8m0 scales ``[N, K/SCALE_BLOCK]``; ``wrows`` (``[BN]``) are
-    the weight rows of the tile, ``n_ok`` masks them. The result is 2^-63 times the true
-    product (see above). INTERPRETER: the CPU interpreter's variant (no inline PTX; the exact
-    scale product in fp32, as its bf16 arithmetic works on raw bit patterns)."""
+    ``[N, K/8]`` (GRANULE_N = 0) or granule-major ``[K/64, N, 8]`` (GRANULE_N = N: W2 where
+    I % 128 == 64, ``api.granule_major``), with ue8m0 scales ``[N, K/SCALE_BLOCK]``;
+    ``wrows`` (``[BN]``) are the weight rows of the tile, ``n_ok`` masks them. The result is
+    2^-63 times the true product (see above). INTERPRETER: the CPU interpreter's variant (no
+    inline PTX; the exact scale product in fp32, as its bf16 arithmetic works on raw bit
+    patterns)."""
     BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
     if GRANULE_N:  # word c of row r at (c // 8) * 8N + 8r + c % 8
@@ -501,12 +502,14 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
                      ids_ptr, wts_ptr, out_ptr, tick_ptr, T, N_ENTRIES, SH_TILES, stride_out,
                      D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, INTERPRETER: tl.constexpr):
+                     BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, W2_GRANULE: tl.constexpr,
+                     INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
     first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``; the api sets it
     up to 3 rows): the last CTA of the column block to arrive (ticket ``tick[pid_n]``, every
-    tile counts, idle ones too) does ``_moe_combine_kernel``'s work for it (``_combine_rows``)."""
+    tile counts, idle ones too) does ``_moe_combine_kernel``'s work for it (``_combine_rows``).
+    W2_GRANULE: the routed W2 is granule-major (``api.MoEWeights.w2_granule``)."""
     pid_m = tl.program_id(1)
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -524,7 +527,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
             s = s2_ptr + e * D * (I // SCALE_BLOCK)
             for it in range(I // BLOCK_K):
                 acc = _mx4_dot(acc, h_ptr, hrows, ok, I, it, I, w, s, offs_n, n_ok,
-                               SCALE_BLOCK, BLOCK_K, D, INTERPRETER)
+                               SCALE_BLOCK, BLOCK_K, W2_GRANULE * D, INTERPRETER)
             tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc * _POW63,
                      mask=ok[None, :] & n_ok[:, None])
     else:

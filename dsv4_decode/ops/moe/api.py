@@ -304,11 +304,12 @@ def repack_mxfp4(packed: torch.Tensor) -> torch.Tensor:
 
 def granule_major(words: torch.Tensor) -> torch.Tensor:
     """Repacked rows ``int32 [E, N, K/8]`` -> ``[E, K/64, N, 8]``: each 64-input granule of
-    all N rows is one contiguous block. For W2 (K = I): a K step of 64 inputs of a CTA's 32-64
-    rows is then one contiguous 1-2 KB run of whole lines, not a 32-byte sector of every
-    288-byte row. W1|W3 stays row-major: its steps read 64-128 bytes a row, and there this
-    layout (and one by blocks of 32 rows) measured slower from 12 rows up (docs/kernels/moe.md,
-    session 9). Load time only."""
+    all N rows is one contiguous block. ``prepare_moe_weights`` stores W2 so where I % 128 ==
+    64 (TP=4: I = 576), where W2's K step can only be 64 inputs: a step of a CTA's 32-64 rows
+    is then one contiguous 1-2 KB run of whole lines instead of one 32-byte sector of every
+    288-byte row (measured -7 % for W2 at every row count). Where the steps read 64-128 bytes
+    a row (W1|W3; W2 at I = 2304) this layout measured slower (docs/kernels/moe.md, session
+    9). Load time only."""
     e, n, kw = words.shape
     if kw % 8:
         _fail("words", tuple(words.shape), "[E, N, K/8] with K % 64 == 0")
@@ -321,8 +322,8 @@ class MoEWeights:
 
     w13         int32 ``[E, 2I, D/8]``: W1 (rows 0..I-1) then W3 (rows I..2I-1), MXFP4 repacked
                 by ``repack_mxfp4``; w13_scales uint8 ``[E, 2I, D/b]`` ue8m0 per ``b`` inputs.
-    w2          int32 ``[E, I/64, D, 8]``, repacked and stored granule-major
-                (``granule_major``): ``w2[e, g, n, j]`` = word ``8g + j`` of row n (inputs
+    w2          int32 ``[E, D, I/8]``, or where I % 128 == 64 granule-major ``[E, I/64, D, 8]``
+                (``granule_major``: ``w2[e, g, n, j]`` = word ``8g + j`` of row n, inputs
                 ``64g .. 64g + 63``); w2_scales uint8 ``[E, D, I/b]`` (row-major).
     shared      None or ``(w13 e4m3 [2I, D], scale uint8 [2I/32, D/32], w2 e4m3 [D, I],
                 scale uint8 [D/32, I/32])``: the checkpoint layout, one ue8m0 per 32x32 block.
@@ -342,7 +343,12 @@ class MoEWeights:
 
     @property
     def hidden(self) -> int:
-        return self.w2.shape[2]
+        return self.w2.shape[2] if self.w2_granule else self.w2.shape[1]
+
+    @property
+    def w2_granule(self) -> bool:
+        """W2 stored granule-major (``granule_major``)."""
+        return self.w2.dim() == 4
 
     @property
     def inter(self) -> int:
@@ -357,17 +363,20 @@ def prepare_moe_weights(w13: torch.Tensor, w13_scales: torch.Tensor, w2: torch.T
     nibble = even input index) + w13_scales uint8 ``[E, 2I, D/b]``; w2 uint8 ``[E, D, I/2]`` +
     w2_scales uint8 ``[E, D, I/b]``; b = 32 or 16 (read from the scale shapes); ``shared`` as
     in ``MoEWeights``. The bits are permuted within each 32-bit word (``repack_mxfp4``) so the
-    kernel turns 8 values into bf16 with a few 32-bit operations, and W2's words are stored
-    granule-major (``granule_major``: each K step of a CTA reads whole lines); the scales and
-    the shared expert keep the checkpoint layout. D and I must be multiples of 64.
+    kernel turns 8 values into bf16 with a few 32-bit operations, and where I % 128 == 64
+    W2's words are stored granule-major (``granule_major``: each K step of a CTA reads whole
+    lines); the scales and the shared expert keep the checkpoint layout.
     ue8m0 scale bytes must lie in [64, 191] (weights between 2^-64 and 2^66; real checkpoints
     use ~110..130): the kernels scale by ``2^(s-64)`` in bf16. Not for the decode step: it
     allocates the repacked copies.
     """
     e, d, inter, block = _check_weights(w13, w13_scales, w2, w2_scales, shared)
     shared = None if shared is None else tuple(t.contiguous() for t in shared)
-    return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(),
-                      granule_major(repack_mxfp4(w2)), w2_scales.contiguous(), shared, block)
+    w2 = repack_mxfp4(w2)
+    if inter % 128 == 64:
+        w2 = granule_major(w2)
+    return MoEWeights(repack_mxfp4(w13), w13_scales.contiguous(), w2, w2_scales.contiguous(),
+                      shared, block)
 
 
 def stack_experts(state: dict, prefix: str, n_experts: int) -> MoEWeights:
@@ -397,8 +406,8 @@ def _check_weights(w13, w13_scales, w2, w2_scales, shared):
         _fail("w13", f"{w13.dtype} {tuple(w13.shape)}", "uint8 [E, 2I, D/2] (packed e2m1)")
     e, i2, dh = w13.shape
     d, i = 2 * dh, i2 // 2
-    if i2 % 2 or i % 64 or d % 64:
-        _fail("w13", tuple(w13.shape), "I and D multiples of 64 (the kernels' 64-input granule)")
+    if i2 % 2 or i % 32 or d % 32:
+        _fail("w13", tuple(w13.shape), "I and D multiples of 32")
     if w13_scales.dtype != torch.uint8 or w13_scales.dim() != 3 or \
             tuple(w13_scales.shape[:2]) != (e, i2) or d % w13_scales.shape[2] or \
             d // w13_scales.shape[2] not in (16, 32):
@@ -502,7 +511,8 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         workspace.h, routing.entries, routing.tiles, w.w2, w.w2_scales, sw2, ss2, workspace.part,
         routing.ids, routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
         out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine, **launch)
+        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine,
+        W2_GRANULE=w.w2_granule, **launch)
     if not combine:
         K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
             workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
