@@ -1,12 +1,14 @@
 """Probe: the MoE layer's time (CUDA-graph replay, as ``bench moe``) for ``MoEConfig`` variants
 around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a row count.
 
-    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages]
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide]
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
 stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills), and in the
-split configs W1|W3 capped at 104 / 96 registers (9 / 10 CTAs a SM). Variants equal to
+split configs W1|W3 capped at 104 / 96 registers (9 / 10 CTAs a SM); with ``wide`` (for
+``ROUND1``'s rows, 12 up): W1|W3 at more CTAs a SM (capped at 168 or 160 registers, 64-row
+tiles of 4 warps, 128-deep joined steps), W2 at 4 stages. Variants equal to
 ``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
 timing; run 6, log in ``benchmarks/results/h200-session7/``) to check the rule after the
 joined W1|W3 tile: ``pick`` was within 0.15 us of the best variant at every row count.
@@ -31,10 +33,18 @@ from dsv4_decode.ops.moe import (
 )
 
 
-def variants(rows: int, stages: bool = False) -> dict[str, MoEConfig]:
+def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
     pick = pick_config(rows, 6, True, 576)
     out = {"pick": pick}
-    if stages:
+    if mode == "wide":  # W1|W3 occupancy around ROUND1 (192 registers: 5 CTAs a SM)
+        out["w13_cap168"] = dataclasses.replace(pick, up_maxnreg=168)  # 6 CTAs, 12 B spilled
+        out["w13_cap160_stages2"] = dataclasses.replace(pick, up_maxnreg=160, up_stages=2)
+        out["n64_warps4"] = dataclasses.replace(pick, up_n=64, num_warps=4)  # W2 4 warps too
+        out["w13_k128_stages4_cap128"] = dataclasses.replace(pick, up_k=128, up_stages=4,
+                                                             up_maxnreg=128)  # joined
+        out["w2_stages4"] = dataclasses.replace(pick, num_stages=4)
+        return {k: v for k, v in out.items() if k == "pick" or v != pick}
+    if mode == "stages":
         for n in (2, 3, 4, 5):
             out[f"w2_stages{n}"] = dataclasses.replace(pick, num_stages=n)
         for n in (1, 2, 3):
@@ -52,7 +62,7 @@ def variants(rows: int, stages: bool = False) -> dict[str, MoEConfig]:
     return {k: v for k, v in out.items() if k == "pick" or v != pick}
 
 
-def main(rows_list: list[int], stages: bool = False) -> None:
+def main(rows_list: list[int], mode: str = "") -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     layer = B.Layer(384, 576, gen)
     for rows in rows_list:
@@ -61,7 +71,7 @@ def main(rows_list: list[int], stages: bool = False) -> None:
         routing = alloc_routing(rows, 6, 384, B.D, "cuda")
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
         res = []
-        for name, cfg in variants(rows, stages).items():
+        for name, cfg in variants(rows, mode).items():
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
             state = {"i": 0}
 
@@ -81,4 +91,4 @@ def main(rows_list: list[int], stages: bool = False) -> None:
 
 if __name__ == "__main__":
     main([int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,6,12,48").split(",")],
-         stages=sys.argv[2:3] == ["stages"])
+         sys.argv[2] if len(sys.argv) > 2 else "")
