@@ -1,14 +1,16 @@
 """Probe: the MoE layer's time (CUDA-graph replay, as ``bench moe``) for ``MoEConfig`` variants
 around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a row count.
 
-    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide]
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | layout]
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
 stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills), and in the
 split configs W1|W3 capped at 104 / 96 registers (9 / 10 CTAs a SM); with ``wide`` (for
 ``ROUND1``'s rows, 12 up): W1|W3 at more CTAs a SM (capped at 168 or 160 registers, 64-row
-tiles of 4 warps, 128-deep joined steps), W2 at 4 stages. Variants equal to
+tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``layout``: ``pick`` on the
+bank as ``prepare_moe_weights`` lays it out (W2 granule-major at I = 576) and on the same bank
+with W2 row-major, in one process (one GPU: no device-to-device spread). Variants equal to
 ``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
 timing; run 6, log in ``benchmarks/results/h200-session7/``) to check the rule after the
 joined W1|W3 tile: ``pick`` was within 0.15 us of the best variant at every row count.
@@ -29,6 +31,7 @@ from dsv4_decode.ops.moe import (
     alloc_routing,
     moe_experts,
     pick_config,
+    repack_mxfp4,
     route,
 )
 
@@ -65,21 +68,29 @@ def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
 def main(rows_list: list[int], mode: str = "") -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     layer = B.Layer(384, 576, gen)
+    banks = {"pick": layer.prepared}
+    if mode == "layout":  # the same bank with W2 row-major (the kernels read it by its rank)
+        rows_w2 = repack_mxfp4(layer.w2)
+        banks["w2_rowmajor"] = [dataclasses.replace(p, w2=rows_w2) for p in layer.prepared]
     for rows in rows_list:
         xs = [torch.randn(rows, B.D, device="cuda", generator=gen).to(torch.bfloat16)
               for _ in range(B.CALLS)]
         routing = alloc_routing(rows, 6, 384, B.D, "cuda")
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
         res = []
-        for name, cfg in variants(rows, mode).items():
+        runs = [(name, cfg, layer.prepared) for name, cfg in variants(rows, mode).items()]
+        if mode == "layout":
+            pick = pick_config(rows, 6, True, 576)
+            runs = [(name, pick, bank) for name, bank in banks.items()] * 2  # alternated
+        for name, cfg, bank in runs:
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
             state = {"i": 0}
 
-            def fn(cfg=cfg, ws=ws, state=state, xs=xs, routing=routing, out=out):
+            def fn(cfg=cfg, ws=ws, state=state, xs=xs, routing=routing, out=out, bank=bank):
                 i = state["i"] % B.CALLS
                 state["i"] += 1
                 route(xs[i], *layer.gates[i % B.COPIES], top_k=6, out=routing)
-                moe_experts(xs[i], routing, layer.prepared[i % B.COPIES], out=out, workspace=ws,
+                moe_experts(xs[i], routing, bank[i % B.COPIES], out=out, workspace=ws,
                             config=cfg)
 
             try:
