@@ -406,17 +406,6 @@ def _sum_split_swiglu(gu_ptr, chunk, row, mask, h_dst, like, I: tl.constexpr,
 
 
 @triton.jit
-def _rows_ok(offs, N: tl.constexpr, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
-    """``offs < N`` of W1|W3's rows; a constant True where ``N % BLOCK == 0`` and K is not
-    split, so the weight and scale loads of the long unsplit steps carry no mask: 3 % fewer
-    instructions a step in the 256-deep loop (899 -> 870). The split configs keep the mask:
-    without it their 128-register cap spills 4 bytes."""
-    if N % BLOCK == 0 and SPLIT == 1:
-        return tl.full(offs.shape, 1, tl.int1)
-    return offs < N
-
-
-@triton.jit
 def _grid_tick(I: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
     """The (tile, n block) ticket of a ``_moe_up_kernel`` CTA, from the program ids after the
     K loop: nothing stays live across the loop for it (no spill under the 128-register cap)."""
@@ -441,7 +430,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     pid_s = tl.program_id(0) % SPLIT
     n0 = (tl.program_id(0) // SPLIT) * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
-    n_ok = _rows_ok(offs_n, I, BLOCK_N, SPLIT)
+    n_ok = offs_n < I
     offs_m = tl.arange(0, BLOCK_M)
     n_rows = N_ENTRIES + T
     # K chunk pid_s: steps it0 .. it0 + STEPS - 1 (a constant trip count; D % (SPLIT * BLOCK_K)
@@ -452,7 +441,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     # and one scale tile a step, twice the bytes, so that the tile streams (see _mx4_dot)
     offs_r = tl.arange(0, 2 * BLOCK_N)
     wrows = n0 + offs_r % BLOCK_N + (offs_r // BLOCK_N) * I
-    r_ok = _rows_ok(n0 + offs_r % BLOCK_N, I, BLOCK_N, SPLIT)
+    r_ok = n0 + offs_r % BLOCK_N < I
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
