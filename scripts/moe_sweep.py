@@ -6,7 +6,7 @@ around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a ro
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
 stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills), and in the
-split configs W1|W3 capped at 104 / 96 registers (9 / 10 CTAs a SM); with ``wide`` (for
+split configs W1|W3 capped at 128 / 104 / 96 registers (8 / 9 / 10 CTAs a SM); with ``wide`` (for
 ``ROUND1``'s rows, 12 up): W1|W3 at more CTAs a SM (capped at 168 or 160 registers, 64-row
 tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``layout``: ``pick`` on the
 bank as ``prepare_moe_weights`` lays it out (W2 granule-major at I = 576) and on the same bank
@@ -53,8 +53,8 @@ def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
         for n in (1, 2, 3):
             out[f"w13_stages{n}"] = dataclasses.replace(pick, up_stages=n)
         out["w13_stages4_nocap"] = dataclasses.replace(pick, up_stages=4, up_maxnreg=0)
-        if pick.up_split > 1:  # 2 stages fit under a lower cap: 104 (9 CTAs a SM, no spill)
-            for cap in (104, 96):  # or 96 (10 CTAs, one spilled register)
+        if pick.up_split > 1:  # 128 (8 CTAs a SM), 104 (9, no spill), 96 (10, one spilled
+            for cap in (128, 104, 96):  # register)
                 out[f"w13_maxnreg{cap}"] = dataclasses.replace(pick, up_maxnreg=cap)
         return {k: v for k, v in out.items() if k == "pick" or v != pick}
     for split in (2, 4, 8, 16):
