@@ -304,12 +304,12 @@ def repack_mxfp4(packed: torch.Tensor) -> torch.Tensor:
 
 def granule_major(words: torch.Tensor) -> torch.Tensor:
     """Repacked rows ``int32 [E, N, K/8]`` -> ``[E, K/64, N, 8]``: each 64-input granule of
-    all N rows is one contiguous block. ``prepare_moe_weights`` stores W2 so where I % 128 ==
-    64 (TP=4: I = 576), where W2's K step can only be 64 inputs: a step of a CTA's 32-64 rows
-    is then one contiguous 1-2 KB run of whole lines instead of one 32-byte sector of every
-    288-byte row (measured -7 % for W2 at every row count). Where the steps read 64-128 bytes
-    a row (W1|W3; W2 at I = 2304) this layout measured slower (docs/kernels/moe.md, session
-    9). Load time only."""
+    all N rows is one contiguous block. ``prepare_moe_weights`` lays W2 out this way where
+    I % 128 == 64 (TP=4: I = 576), where W2's K step can only be 64 inputs: a step of a CTA's
+    32-64 rows is then one contiguous 1-2 KB run of whole lines instead of one 32-byte sector
+    of every 288-byte row (measured: W2 -9 % at 6 and 48 rows, the layer -2.3 to -3.4 % from
+    6 rows). Where the steps read 64-128 bytes a row (W1|W3; W2 at I = 2304) this layout
+    measured slower (docs/kernels/moe.md, session 9). Load time only."""
     e, n, kw = words.shape
     if kw % 8:
         _fail("words", tuple(words.shape), "[E, N, K/8] with K % 64 == 0")

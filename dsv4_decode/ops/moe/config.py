@@ -81,8 +81,9 @@ def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
     W2 pipelines 3 stages, not 4 (its ~8 CTAs a SM cover the latency with 2 steps in flight):
     -0.29 to -0.72 µs a layer in four session-8 runs (`moe_sweep.py 1 stages`), +0.3-0.5 at
     6 rows, so only at 1 row. Above 1 row, W1|W3 is capped at 96 registers (10 CTAs a SM
-    instead of 8; one register spilled outside the K loop): -1.23 µs a layer at 6 rows in two
-    session-9 runs (`moe_sweep.py 1,6 stages`), +0.37 at 1 row in both, so not at 1 row."""
+    instead of 8; one register spilled outside the K loop): -0.5 to -1.2 µs a layer at 6
+    rows in three session-9 sweeps (`moe_sweep.py ... stages`), +0.37 at 1 row in both that
+    timed it, so not at 1 row (2-5 rows, the draft layer and TP=1 at 2 rows: not measured)."""
     if not on_gpu:
         return MoEConfig(up_n=32, up_k=128, down_n=64, down_k=64, num_warps=4, up_maxnreg=0)
     ctas = (rows * top_k + -(-rows // 16)) * -(-inter // 32)
