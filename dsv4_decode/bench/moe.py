@@ -13,7 +13,8 @@ where ``pick_config`` takes 32; only where ``ours`` splits, the few-row grids) a
 PyTorch twin's math per slot, dequantise + matmuls, ``torch.compile``d; only where its gathered
 bf16 weights stay small).
 The floor: distinct experts touched (measured from each call's routing) x expert bytes +
-shared expert + router, at 4.5 TB/s. CSV rows are appended to ``DIR/moe.csv``.
+shared expert + router, at 4.5 TB/s. CSV rows are appended to ``DIR/moe.csv`` after each case
+(a run cut short keeps what it timed).
 """
 
 from __future__ import annotations
@@ -212,17 +213,19 @@ def main(argv=None) -> None:
     if not args.quick:
         plan.append((4, 128, 3, (1, 6, 48)))
     rows_all: list[Row] = []
+    path = None
     for tp, n_exp, top_k, rows_list in plan:
         layer = Layer(n_exp, 2304 // tp, gen)
         for rows in rows_list:
             # the baseline gathers bf16 weights per slot: keep it under a few GB
             with_torch = not args.no_torch and rows * top_k * (2304 // tp) <= 48 * 6 * 576
-            rows_all += bench_case(layer, rows, top_k, tp, compiled, with_torch)
+            case_rows = bench_case(layer, rows, top_k, tp, compiled, with_torch)
+            path = write_rows(case_rows, "moe", args.out)  # per case: a run cut short keeps them
+            rows_all += case_rows
         del layer
         torch.cuda.empty_cache()
     print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "ours-d32",
                            "ours-d64", "torch"])
-    path = write_rows(rows_all, "moe", args.out)
     print(f"appended {len(rows_all)} rows to {path}")
 
 

@@ -269,15 +269,16 @@ def main(argv=None) -> None:
         cases = picked
     compiled = None if args.no_compiled else torch.compile(sparse_attn_ref, dynamic=True)
     rows: list[Row] = []
+    path = None
     for b, ql, h in cases:
         case_rows = bench_case(b, ql, h, compiled, args.layouts)
-        for r in case_rows:  # progress, in case the run is cut short
+        for r in case_rows:  # progress and CSV rows per case: a run cut short keeps them
             print(f"{r.case:45s} {r.impl:18s} {r.us:9.2f} us  floor {r.floor_us:.2f} us",
                   flush=True)
+        path = write_rows(case_rows, "sparse_attn", args.out)
         rows += case_rows
     impls = ["ours"] + ([f"ours_{n}" for n in LAYOUTS if n != "default"] if args.layouts else [])
     print_table(rows, impls + ["compiled"])
-    path = write_rows(rows, "sparse_attn", args.out)
     print(f"appended {len(rows)} rows to {path}")
 
 
