@@ -68,20 +68,20 @@ def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
 def main(rows_list: list[int], mode: str = "") -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     layer = B.Layer(384, 576, gen)
-    banks = {"pick": layer.prepared}
     if mode == "layout":  # the same bank with W2 row-major (the kernels read it by its rank)
         rows_w2 = repack_mxfp4(layer.w2)
-        banks["w2_rowmajor"] = [dataclasses.replace(p, w2=rows_w2) for p in layer.prepared]
+        row_major = [dataclasses.replace(p, w2=rows_w2) for p in layer.prepared]
     for rows in rows_list:
         xs = [torch.randn(rows, B.D, device="cuda", generator=gen).to(torch.bfloat16)
               for _ in range(B.CALLS)]
         routing = alloc_routing(rows, 6, 384, B.D, "cuda")
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
         res = []
-        runs = [(name, cfg, layer.prepared) for name, cfg in variants(rows, mode).items()]
         if mode == "layout":
             pick = pick_config(rows, 6, True, 576)
-            runs = [(name, pick, bank) for name, bank in banks.items()] * 2  # alternated
+            runs = [("pick", pick, layer.prepared), ("w2_rowmajor", pick, row_major)] * 2
+        else:
+            runs = [(name, cfg, layer.prepared) for name, cfg in variants(rows, mode).items()]
         for name, cfg, bank in runs:
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
             state = {"i": 0}

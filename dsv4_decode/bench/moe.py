@@ -224,8 +224,8 @@ def main(argv=None) -> None:
             rows_all += case_rows
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "ours-d32",
-                           "ours-d64", "torch"])
+    print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "ours-d32", "ours-d64",
+                           "torch"])
     print(f"appended {len(rows_all)} rows to {path}")
 
 
