@@ -14,3 +14,10 @@ def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132
+
+
+@functools.lru_cache(maxsize=8)
+def pdl_capable(device: torch.device) -> bool:
+    """Whether ``device`` runs programmatic dependent launches (``griddepcontrol``: a CUDA GPU
+    of compute capability 9.0 or later). False for a non-CUDA device (the interpreter)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9

@@ -410,6 +410,43 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("requests", [1, 8])
+def test_gpu_pdl_inputs_written_in_graph(requests):
+    """The attention kernel is a programmatic dependent launch (``pdl_entry``, sm_90+): here
+    kernels inside the graph write q, the positions and the index lists just before the call,
+    so reading any of them before the wait would see the previous replay's set. 1 request:
+    the one-step layout (merge also a dependent launch); 8: the 4-warp multi-step one. Four
+    replays alternating two input sets, each against the twin."""
+    dev = torch.device("cuda")
+    inp = Inputs(Case(requests, 6, 16, 512, **PROD), dev)
+    g = torch.Generator(device="cpu").manual_seed(9)
+    sets = [(inp.q.clone(), inp.positions.clone(), inp.indices.clone()),
+            (torch.randn_like(inp.q.float()).to(torch.bfloat16), inp.positions - 3,
+             inp.indices.cpu()[:, torch.randperm(512, generator=g)].to(dev))]
+    src = [s.clone() for s in sets[0]]
+    t = inp.q.shape[0]
+    cfg = pick_config(t, 16, 512, 128, 512)
+    assert cfg.pdl_entry, cfg
+    ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
+    out = torch.empty_like(inp.q)
+
+    def call():  # exact bit copies by kernels (not copy-engine memcpys)
+        torch.bitwise_xor(src[0].view(torch.int16), 0, out=inp.q.view(torch.int16))
+        torch.bitwise_xor(src[1], 0, out=inp.positions)
+        torch.bitwise_xor(src[2], 0, out=inp.indices)
+        sparse_attn(*inp.args(), **inp.kwargs(), out=out, workspace=ws)
+
+    graph = capture(call)
+    for i in range(4):
+        for dst, new in zip(src, sets[i % 2], strict=True):
+            dst.copy_(new)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        compare(inp, out, f"replay {i} of {cfg}")
+
+
+@pytest.mark.gpu
 def test_gpu_records_are_exact_bf16():
     """The dequantised tiles are exact: with one key per row the output is that key (bf16)."""
     dev = torch.device("cuda")
@@ -457,7 +494,7 @@ def main(name, cfg, n_sel, fused, pdl=False, **ptr):
                  W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
                  N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused,
                  DIM_SPLIT=cfg.dim_split, PDL=pdl, NS=triton.next_power_of_2(cfg.n_split),
-                 FUSED_DM=K.FUSED_MERGE_DIMS)
+                 FUSED_DM=K.FUSED_MERGE_DIMS, WAIT=True)  # pdl_entry: a dependent launch
     out[name] = build(K._sparse_attn_kernel, const, cfg.num_warps, **ptr)
 
 

@@ -429,6 +429,45 @@ def test_gpu_blocks_graph_replay_bitwise():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["fused", "four_launches", "blocks"])
+def test_gpu_pdl_inputs_written_in_graph(mode):
+    """Every kernel is a programmatic dependent launch (sm_90+): here a kernel inside the
+    graph writes the logits and lengths just before the call, so a kernel that read them
+    before its wait would see the other input set of the previous replay. 200 replays
+    alternating two input sets: each answer must be its own set's."""
+    rows, cols, k, block = {"fused": (2, 262144, 512, 1), "four_launches": (8, 262144, 512, 1),
+                            "blocks": (6, 1048576, 2048, 8)}[mode]
+    gen = torch.Generator().manual_seed(13)
+    inputs = [(make_logits(kind, rows, cols, gen).cuda(),
+               make_lengths(spec, rows, cols, k * block, gen).cuda())
+              for kind, spec in (("random", "edges"), ("special", "eighth"))]
+    if block == 1:
+        want = [decode_topk_ref(x, n, k) for x, n in inputs]
+        op = lambda x, n, **kw: decode_topk(x, n, k, **kw)
+    else:
+        want = [decode_topk_blocks_ref(x, n, k, block) for x, n in inputs]
+        op = lambda x, n, **kw: decode_topk_blocks(x, n, k, block, **kw)
+    src_x, src_n = inputs[0][0].clone(), inputs[0][1].clone()
+    x_s, n_s = torch.empty_like(src_x), torch.empty_like(src_n)
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, k, "cuda", block)
+
+    def call():  # the producers are kernels (exact bit copies), not copy-engine memcpys
+        torch.bitwise_xor(src_x.view(torch.int16), 0, out=x_s.view(torch.int16))
+        torch.bitwise_xor(src_n, 0, out=n_s)
+        op(x_s, n_s, out=out, workspace=ws)
+
+    graph = capture(call)
+    for i in range(200):
+        x, n = inputs[i % 2]
+        src_x.copy_(x)
+        src_n.copy_(n)
+        out.fill_(-7)
+        graph.replay()
+        assert torch.equal(out, want[i % 2]), f"replay {i}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("k", [16, 512])  # fused only for k <= 512 (_triton.launch)
 @pytest.mark.parametrize("rows,cols", [(1, 1048576), (6, 65536), (24, 65536), (3, 262144)])
 def test_gpu_fused_threshold(rows, cols, k):
@@ -509,8 +548,9 @@ from dsv4_decode.ops.topk import _triton as K
 from dsv4_decode.ops.topk.config import NSEG, TopkConfig
 
 
-def build(fn, const, num_warps):
-    return spill_stores(fn, const, num_warps, {"x_ptr": "*i16"}, default_ptr="*i32")
+def build(fn, const, num_warps, pdl=True):  # on sm_90+ every launch is a dependent one
+    return spill_stores(fn, dict(const, PDL=pdl), num_warps, {"x_ptr": "*i16"},
+                        default_ptr="*i32")
 
 
 out = {}
@@ -526,9 +566,9 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
     out[f"threshold-k{k}"] = build(K._threshold_kernel, dict(
         RS=K.LIST_REGION, LIST=1, **spans, **common), 8)
-    for lst in (0, 1):
-        out[f"collect-k{k}-list{lst}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, **common), 4)
+    for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
+        out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
+            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, **common), 4, pdl)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
         NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8), 8)
 from dsv4_decode.ops.topk import _radix as RX
@@ -536,10 +576,11 @@ for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)
     for phase in range(4):
         out[f"radix-b{block}-phase{phase}"] = spill_stores(RX._radix_kernel, dict(
-            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase), RX.NUM_WARPS,
+            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase, PDL=True), RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
     out[f"radix-b{block}-one-row"] = spill_stores(RX._radix_kernel, dict(
-            NCH=c.rchunks, BLOCK=block, CE=c.radix_chunk(1), KP=2048, PHASE=0), RX.NUM_WARPS,
+            NCH=c.rchunks, BLOCK=block, CE=c.radix_chunk(1), KP=2048, PHASE=0, PDL=True),
+            RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 print(json.dumps(out))
 '''

@@ -14,12 +14,11 @@ per-warp dim chunks (see the dim-split note below)."""
 
 from __future__ import annotations
 
-import functools
-
-import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from dsv4_decode.utils.device import pdl_capable
 
 LOG2E = 1.4426950408889634
 MERGE_VALUES = 8192  # partial values (splits x heads x dims) per merge CTA, see merge_dims
@@ -492,9 +491,11 @@ def _sparse_attn_kernel(
     PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, W_STEPS: tl.constexpr,
     N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
     HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr, DIM_SPLIT: tl.constexpr,
-    PDL: tl.constexpr, NS: tl.constexpr, FUSED_DM: tl.constexpr,
+    PDL: tl.constexpr, NS: tl.constexpr, FUSED_DM: tl.constexpr, WAIT: tl.constexpr,
 ):
-    if PDL:  # the merge kernel may launch once every CTA here has started (it waits for us)
+    if WAIT:  # launched as a programmatic dependent: every input is the kernels' before us
+        gdc_wait()
+    if PDL or WAIT:  # the next launch (the merge) may start once every CTA here has started
         gdc_launch_dependents()
     pid_s = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -592,6 +593,7 @@ def _merge_kernel(ws_acc_ptr, ws_m_ptr, ws_l_ptr, pos_ptr, out_ptr, cos_ptr, sin
     hmask = h < n_heads
     base = (row * tl.num_programs(0) + pid_h) * N_SPLIT
     if PDL:
+        gdc_launch_dependents()  # the next call's attention kernel may launch (it waits)
         # the step's inputs (not written by the attention kernel) while it still runs
         pos = tl.load(pos_ptr + row)
         cs, sn, sink = _tail_inputs(cos_ptr, sin_ptr, sink_ptr, h, hmask, pos, n_cos, d0, D, DM,
@@ -618,12 +620,6 @@ def merge_dims(d: int, n_split: int, block_h: int) -> int:
     return min(d, max(16, MERGE_VALUES // (ns * block_h)))
 
 
-@functools.lru_cache(maxsize=8)
-def _sm90(device: torch.device) -> bool:
-    """Whether ``device`` runs programmatic dependent launches (``griddepcontrol``: sm_90+)."""
-    return torch.cuda.get_device_capability(device)[0] >= 9
-
-
 def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, block_table,
            indices, out, ws, cfg, window: int, softmax_scale: float):
     """Launch the kernel(s) for validated arguments (``ws``: workspace tensors or None)."""
@@ -640,7 +636,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     grid = (cfg.n_split, n_hb, t)
     # programmatic dependent launch only where there is a merge kernel and a GPU (sm_90+) to
     # run it
-    pdl = cfg.pdl and q.is_cuda and cfg.n_split > 1 and not cfg.fused_merge and _sm90(q.device)
+    pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
+    wait = cfg.pdl_entry and pdl_capable(q.device)
     _sparse_attn_kernel[grid](
         q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
         out, ws_acc, ws_m, ws_l, cnt,
@@ -654,7 +651,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         HAS_SEL=has_sel,
         HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, DIM_SPLIT=cfg.dim_split,
         PDL=pdl, NS=triton.next_power_of_2(cfg.n_split), FUSED_DM=min(d, FUSED_MERGE_DIMS),
-        num_warps=cfg.num_warps,
+        WAIT=wait, num_warps=cfg.num_warps, **({"launch_pdl": True} if wait else {}),
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
     if cfg.n_split > 1 and not cfg.fused_merge:

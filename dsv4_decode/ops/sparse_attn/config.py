@@ -53,6 +53,10 @@ class SparseAttnConfig:
     # launch the merge kernel as a programmatic dependent (Hopper+, CUDA only): its launch
     # overlaps the attention kernel's tail, it waits for the partials on the device
     pdl: bool = False
+    # launch the attention kernel itself as a programmatic dependent (Hopper+, CUDA only): its
+    # launch overlaps the tail of whatever kernel precedes the call; it waits for that kernel
+    # before its first load
+    pdl_entry: bool = True
     # split partials' acc stored as bf16 instead of fp32 (m and l stay fp32): half the bytes
     # written by the splits and read by the merge (31 of ~35 MB at 32 x 6 rows x 16 heads);
     # each partial rounded once to bf16 (relative 2^-9, as the bf16 P of the P K product)

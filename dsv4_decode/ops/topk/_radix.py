@@ -40,7 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._triton import _element_keys, _row_length
+from dsv4_decode.utils.device import pdl_capable
+
+from ._triton import _element_keys, _pdl_enter, _row_length
 
 H1 = tl.constexpr(512)  # bins of key1 >> 8 (0..256)
 H2 = tl.constexpr(256)  # bins of the low byte
@@ -140,9 +142,11 @@ def _write(key1, e, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH: tl.conste
 @triton.jit
 def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr, bar_ptr,
                   out_ptr, stride_x, stride_o, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
-                  CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr):
+                  CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr):
     # Program (row, q) of P = num_programs(1) owns chunks q, q + P, q + 2P, ... of the row: the
     # first one's keys stay in registers through the phases, later ones are re-read (L2).
+    if PDL:  # launched as a programmatic dependent: wait for the kernel before, then let the
+        _pdl_enter()  # next launch (this grid's CTAs have all started: none is kept out)
     row = tl.program_id(0)
     q = tl.program_id(1)
     P = tl.num_programs(1)
@@ -228,35 +232,39 @@ def _resident_ctas(kernel, device) -> int:
     return per_sm * props.multi_processor_count
 
 
-def programs_per_row(args, rows, n_chunks, block, ce, k, device) -> int:
+def programs_per_row(args, rows, n_chunks, block, ce, k, device, pdl=False) -> int:
     """Programs a row for the one-launch form: all its chunks, or as many as keep the whole
     grid resident at once (so no barrier waits on a program that never starts); 0 = use the
     three launches (interpreter, CPU, or more rows than the GPU holds programs)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return 0
     # Triton compiles one variant per multiple-of-16 pattern of the integer arguments
-    key = (device, block, ce, k) + tuple(a % 16 == 0 for a in args if isinstance(a, int))
+    key = (device, block, ce, k, pdl) + tuple(a % 16 == 0 for a in args if isinstance(a, int))
     if key not in _CAPACITY:
-        compiled = _radix_kernel.warmup(*args, grid=(1, 1), **_consts(block, ce, k, 0))
+        compiled = _radix_kernel.warmup(*args, grid=(1, 1), **_consts(block, ce, k, 0, pdl))
         _CAPACITY[key] = _resident_ctas(compiled, device)
     return min(n_chunks, _CAPACITY[key] // rows)
 
 
-def _consts(block, ce, k, phase) -> dict:
-    return dict(BLOCK=block, CE=ce, KP=triton.next_power_of_2(k), PHASE=phase,
-                num_warps=NUM_WARPS)
+def _consts(block, ce, k, phase, pdl=False) -> dict:
+    return dict(BLOCK=block, CE=ce, KP=triton.next_power_of_2(k), PHASE=phase, PDL=pdl,
+                num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
 
 
-def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None) -> None:
+def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None,
+           pdl: bool = True) -> None:
     """Run the select: one launch where the grid fits the GPU at once, else three.
     ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
-    programs a row (the tests pass fewer than the chunks to run the chunk loops)."""
+    programs a row (the tests pass fewer than the chunks to run the chunk loops). ``pdl``
+    (default; sm_90+ only): programmatic dependent launches (``_triton._pdl_enter``);
+    ``pdl=False``: plain ones, for the benchmark's comparison."""
     rows, cols = x16.shape
     ce = cfg.radix_chunk(rows)
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), ce)
     args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
             x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])
-    fused = programs_per_row(args, rows, n_chunks, cfg.block, ce, k, x16.device)
+    pdl = pdl and pdl_capable(x16.device)
+    fused = programs_per_row(args, rows, n_chunks, cfg.block, ce, k, x16.device, pdl)
     p = min(fused or n_chunks, programs or n_chunks)
     for phase in (0,) if fused else (1, 2, 3):
-        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, ce, k, phase))
+        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, ce, k, phase, pdl))

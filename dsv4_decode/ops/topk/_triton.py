@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from dsv4_decode.utils.device import pdl_capable
 
 from . import ref
 from .config import NSEG, span_log2
@@ -44,6 +47,15 @@ PIN_KEY1 = tl.constexpr(ref.PIN_KEY1)
 TIE_SHIFT = tl.constexpr(ref.COL_BITS + 1)  # scratch entries: flag << 21 | index
 RANK_SHIFT = tl.constexpr(17)  # buffer keys: rank inside the span << 17 | key1 (key1 < 2**17)
 RANK_MASK = tl.constexpr((1 << 17) - 1)
+
+
+@triton.jit
+def _pdl_enter():
+    """Start of a kernel launched as a programmatic dependent (``launch_pdl``): wait until the
+    kernel before it has finished and its writes are visible, then let the next one launch
+    (its CTAs take free slots and wait in turn: all of this grid's CTAs have started)."""
+    gdc_wait()
+    gdc_launch_dependents()
 
 
 @triton.jit
@@ -227,12 +239,15 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
                       stride_x, stride_g, stride_s, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, UNROLL: tl.constexpr,
-                      NSEG: tl.constexpr, SEGS: tl.constexpr, FUSE: tl.constexpr):
+                      NSEG: tl.constexpr, SEGS: tl.constexpr, FUSE: tl.constexpr,
+                      PDL: tl.constexpr):
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
     # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
     # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
     # CHUNK), so the level reduction runs once per R chunks. FUSE: the row's last program to
     # finish (an atomic ticket) computes the threshold, saving the separate threshold launch.
+    if PDL:  # the logits and lengths are the previous kernel's; the workspace its last reader's
+        _pdl_enter()
     row = tl.program_id(0)
     p = tl.program_id(1)
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
@@ -277,13 +292,15 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
                       stride_g, stride_s, stride_r, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, NSEG: tl.constexpr,
-                      RS: tl.constexpr, LIST: tl.constexpr):
+                      RS: tl.constexpr, LIST: tl.constexpr, PDL: tl.constexpr):
     """Grid (rows, regions): T0 of row ``program_id(0)`` (every program whose region holds
     segments of the row computes it; region 0 stores it and resets the candidate counter).
     LIST: program c also lists, ascending, the segments of its region [c * RS, (c + 1) * RS)
     whose maximum reaches T0, at the region's slice of the row's list, and their number (the
     collect pass's work; regions in parallel: one CTA a row scanning 8,192 segments took
     8-12 µs)."""
+    if PDL:
+        _pdl_enter()
     row = tl.program_id(0)
     c = tl.program_id(1)
     SEG: tl.constexpr = CHUNK // NSEG
@@ -320,7 +337,8 @@ def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
 def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kbuf_ptr,
                     pbuf_ptr, cc_ptr, stride_x, stride_s, stride_r, stride_b, stride_cc, cols,
                     n_reg, CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
-                    LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr):
+                    LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
+                    PDL: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
     # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
     # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
@@ -332,16 +350,22 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     #   one span a program, so nothing waits on a chain. More than CAP listed segments (each
     #   holds a candidate) is an overflow: nothing is collected, the select's exact fallback
     #   runs.
+    # PDL: the logits and lengths (written before the first kernel's wait) are read before
+    # this kernel's wait, on small grids while the threshold still runs; T0 and the rest after.
     SEG: tl.constexpr = CHUNK // NSEG
+    if PDL:
+        gdc_launch_dependents()
     row = tl.program_id(0)
     p = tl.program_id(1)
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
-    t0 = tl.load(thr_ptr + row)
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
     if LIST:
+        if PDL:
+            gdc_wait()
+        t0 = tl.load(thr_ptr + row)
         r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
         n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)
         if (p == 0) & (n_act > CAP):
@@ -364,9 +388,14 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
         # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
         # rows x 64K). It loads before the length and T0 arrive (masked by the width only), so
         # the three loads are in flight together.
+        if not PDL:
+            t0 = tl.load(thr_ptr + row)
         e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
         u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0).to(tl.int32) & 0xFFFF
         key1 = tl.where(e < len_e, _key1(u), 0)
+        if PDL:
+            gdc_wait()
+            t0 = tl.load(thr_ptr + row)
         if p * CHUNK < len_e:
             _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
 
@@ -471,7 +500,9 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
                    out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
                    n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
                    NR: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
-                   SCAN: tl.constexpr):
+                   SCAN: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        _pdl_enter()
     row = tl.program_id(0)
     b_off = row.to(tl.int64) * stride_b
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
@@ -509,7 +540,7 @@ LIST_PROGRAMS = 64
 LIST_REGION = 2048
 
 
-def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True) -> None:
+def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True, pdl: bool = True) -> None:
     """Run the kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
 
     ``fuse`` (default): for k <= 512 on grids of < 1,024 group-maxima programs (unfolded,
@@ -518,6 +549,11 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True) -> None:
     benchmark's comparison), a separate threshold launch: the fused code's registers
     (~80-150 a thread) would cut the CTAs per SM of the bandwidth-bound pass. Per-kernel
     times: ``bench topk --kernels`` (profiler).
+
+    ``pdl`` (default; used on sm_90+ only): every kernel is a programmatic dependent launch
+    (``_pdl_enter``): its launch overlaps the tail of the kernel before it, the first one's
+    included (whatever precedes the call in the stream); ``pdl=False`` is the plain launches,
+    kept for the benchmark's comparison.
     """
     rows, cols = x16.shape
     n_chunks = triton.cdiv(cols, cfg.chunk)
@@ -525,13 +561,15 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True) -> None:
     # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
     # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
     fuse = fuse and log_r == 0 and k <= 512
+    pdl = pdl and pdl_capable(x16.device)
+    dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
-        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=4, **spans, **common)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=4, **spans, **common, **dep)
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
@@ -539,14 +577,15 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True) -> None:
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
             ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
-            num_warps=8, **spans, **common)
+            num_warps=8, **spans, **common, **dep)
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=4, **regions, **common)
+        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=4, **regions, **common, **dep)
     _select_kernel[(rows,)](
         x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
-        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, num_warps=8, **regions)
+        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, num_warps=8, **regions,
+        **dep)
