@@ -123,7 +123,10 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
         bf16 ``[T, H, D]`` (``out`` when given).
 
     Graph safety: with ``out`` and ``workspace`` given nothing is allocated and nothing is read
-    back to the host; positions, slots, indices and tables may change between replays.
+    back to the host; positions, slots, indices and tables may change between replays. On
+    sm_90+ the one-step layout (1-2 requests at 16 heads) launches its kernels as programmatic
+    dependents (``config.pdl_entry`` / ``pdl``): each waits on the device for the kernel
+    before it, so inputs written by the previous kernel in the stream are always seen.
     """
     device = q.device
     _check("q", q, torch.bfloat16, 3, device)

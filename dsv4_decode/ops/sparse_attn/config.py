@@ -56,7 +56,7 @@ class SparseAttnConfig:
     # launch the attention kernel itself as a programmatic dependent (Hopper+, CUDA only): its
     # launch overlaps the tail of whatever kernel precedes the call; it waits for that kernel
     # before its first load
-    pdl_entry: bool = True
+    pdl_entry: bool = False
     # split partials' acc stored as bf16 instead of fp32 (m and l stay fp32): half the bytes
     # written by the splits and read by the merge (31 of ~35 MB at 32 x 6 rows x 16 heads);
     # each partial rounded once to bf16 (relative 2^-9, as the bf16 P of the P K product)
@@ -128,13 +128,19 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
     by ``pick`` where it fits one wave, above 16 head groups (rows x head blocks; 4 x 6 x 16:
     17.18 against 22.75 us); else the default layout at 4 warps (two CTAs per SM) split by
     ``pick`` (measured 31.23 / 104.51 us at 8 / 32 requests x 6 rows against 40.44 / 144.68
-    at 8 warps). Other head dims: ``pick``."""
+    at 8 warps). Other head dims: ``pick``.
+
+    ``pdl_entry`` (the attention kernel a programmatic dependent launch) only on the one-step
+    layout: session 10, same process (``scripts/pdl_ab.py``), -0.23 / -0.31 / -0.44 / -0.42 /
+    -0.26 us at 1 x 1 x 16 / 1 x 1 x 64 / 2 x 1 x 16 / 1 x 6 x 16 / 2 x 6 x 16, and +0.23 to
+    +0.29 us on the other layouts (8 and 32 x 6 x 16, 1 x 6 x 64, 32 x 1 x 16)."""
     if head_dim >= 256:
         groups = rows * -(-heads // 16)
         # session 7: with the merge as a programmatic dependent launch (its position / RoPE /
         # sink loads overlap the attention kernel): 1 x 1 x 16 10.55 against 11.05 us, 1 x 1
         # x 64 10.92 against 11.62, 1 x 6 x 16 11.21 against 11.68, 2 x 1 x 16 10.68 / 11.29
-        one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8, pdl=True)
+        one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8, pdl=True,
+                                          pdl_entry=True)
         if groups * one.n_split <= one.ctas_per_sm * sm_count:
             return one
         # session 5: the block_n64 layout split by the rule, where that fits one wave, beat

@@ -50,6 +50,7 @@ H2 = tl.constexpr(256)  # bins of the low byte
 M_BIN, M_ABOVE = (tl.constexpr(i) for i in range(2))
 META = tl.constexpr(8)
 NUM_WARPS = 4
+PDL_ROWS = 6  # rows up to which the select is a programmatic dependent launch (``launch``)
 
 
 @triton.jit
@@ -256,14 +257,17 @@ def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None,
     """Run the select: one launch where the grid fits the GPU at once, else three.
     ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
     programs a row (the tests pass fewer than the chunks to run the chunk loops). ``pdl``
-    (default; sm_90+ only): programmatic dependent launches (``_triton._pdl_enter``);
-    ``pdl=False``: plain ones, for the benchmark's comparison."""
+    (default; sm_90+, up to ``PDL_ROWS`` rows): programmatic dependent launches
+    (``_triton._pdl_enter``); ``pdl=False``: plain ones, for the benchmark's comparison."""
     rows, cols = x16.shape
     ce = cfg.radix_chunk(rows)
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), ce)
     args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
             x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])
-    pdl = pdl and pdl_capable(x16.device)
+    # session 10, same process (scripts/pdl_ab.py): -0.28 / -0.48 us at 1 row x 512K / 1M,
+    # -0.27 / -0.09 at 6 rows, -0.14 / +1.42 at 12 (my guess, not measured: the dependent
+    # grid's CTAs take the slots the previous call's free one by one, not the launch's order)
+    pdl = pdl and rows <= PDL_ROWS and pdl_capable(x16.device)
     fused = programs_per_row(args, rows, n_chunks, cfg.block, ce, k, x16.device, pdl)
     p = min(fused or n_chunks, programs or n_chunks)
     for phase in (0,) if fused else (1, 2, 3):
