@@ -563,7 +563,7 @@ for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: sel
     out[f"logits-{rows}"] = build(K._router_logits_kernel, dict(
         BLOCK_T=16, BLOCK_E=api._ROUTER_BLOCK_E,
         BLOCK_K=api._ROUTER_BLOCK_K, K_CHUNK=api._ROUTER_K_CHUNK, SELECT=rows <= 4,
-        SEL_ROWS=min(4, rows), K_PAD=max(8, 16 // min(4, rows)), PDL=True, **sel),
+        SEL_ROWS=min(4, rows), K_PAD=max(8, 16 // min(4, rows)), **sel),
         api._SELECT_WARPS if rows <= 4 else 4)
     if rows > 4:  # as route launches it: one row a CTA, 8 warps
         out[f"select-{rows}"] = build(K._router_select_kernel, dict(BLOCK_T=1, K_PAD=8, **sel),

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
 
 # --------------------------------------------------------------------------- router
 
@@ -42,14 +41,11 @@ def _router_logits_kernel(x_ptr, w_ptr, part_ptr, bias_ptr, valid_ptr, ids_ptr, 
                           SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
                           SEL_ROWS: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
-                          FILL: tl.constexpr, PDL: tl.constexpr):
+                          FILL: tl.constexpr):
     """Partial logits of K chunk ``pid_s`` -> ``part[pid_s, T, E]``. SELECT (``T <= SEL_ROWS``):
     the last CTA to arrive (ticket ``tick_ptr``) then selects all T rows (``_select``) and
     writes the routing record from the ids it holds (``_record_keys``): route is one launch.
-    ``SEL_ROWS * K_PAD >= 16`` (the record's tile). PDL: launched as a programmatic dependent,
-    it waits for the kernel before it (which wrote x, and read the routing last) first."""
-    if PDL:
-        gdc_wait()
+    ``SEL_ROWS * K_PAD >= 16`` (the record's tile)."""
     pid_e = tl.program_id(0)
     pid_s = tl.program_id(1)
     pid_t = tl.program_id(2)

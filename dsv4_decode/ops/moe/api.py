@@ -24,8 +24,6 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from dsv4_decode.utils.device import pdl_capable
-
 from . import _triton as K
 from .config import MoEConfig, pick_config
 
@@ -42,9 +40,6 @@ _COMBINE_BLOCK_D = 1024
 # 32.45 against 27.33 + 2.72 at 6 rows: the fused sum costs ~1.76 + 0.67 (T - 1) µs on W2's
 # tail, the launch ~2.3-2.7 µs + ~0.7 µs of idle gap, even at T ~ 3.
 _COMBINE_FUSED_ROWS = 3
-# The router's logits kernel is a programmatic dependent launch on sm_90+ (its launch overlaps
-# the previous kernel's tail; it waits for it before any load). Off: plain launch (A/B probe).
-_ROUTER_PDL = True
 
 
 def _np2(n: int) -> int:
@@ -199,7 +194,6 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     sel = dict(SPLIT=split, TOP_K=top_k, HAS_VALID=valid_rows is not None,
                **_record_consts(out))
     valid = valid_rows if valid_rows is not None else out.ids
-    pdl = _ROUTER_PDL and pdl_capable(x.device)
     # <= 4 rows: 8 warps for the select in the last CTA (a shorter dependent chain: 2 values a
     # thread at 1 row); the logits keep their bits (each element is the same chain of
     # m16n8k16 MMAs in K order at 4 or 8 warps)
@@ -208,8 +202,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         out.tiles, out.tick, t, d, x.stride(0), float(route_scale), E=e, BLOCK_T=block_t,
         BLOCK_E=_ROUTER_BLOCK_E, BLOCK_K=_ROUTER_BLOCK_K, K_CHUNK=_ROUTER_K_CHUNK,
         SELECT=select, SEL_ROWS=sel_rows, K_PAD=max(_np2(top_k), 16 // sel_rows), **sel,
-        PDL=pdl, num_warps=_SELECT_WARPS if select else 4,
-        **({"launch_pdl": True} if pdl else {}))
+        num_warps=_SELECT_WARPS if select else 4)
     if not select:
         # One CTA of 8 warps per row: [1, E] tiles of 2 values a thread, so ptxas keeps all
         # SPLIT partial loads in flight at once (4 rows x 4 warps: 16 values a thread, loads
