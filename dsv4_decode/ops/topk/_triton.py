@@ -1,7 +1,9 @@
 """Triton kernels of ``decode_topk`` (private). Algorithm and work split: docs/kernels/topk.md.
 
 Three launches per call on grids of < 1,024 group-maxima programs, four on larger ones (or
-with ``fuse=False``), all rows at once, every length read on the device:
+with ``fuse=False``), all rows at once, every length read on the device; on sm_90+ each is a
+programmatic dependent launch that waits at its start (``_pdl_enter``; the collect first
+loads its chunk of the logits, written before the call):
 
 1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row; the maxima of strided
    groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level) at the
