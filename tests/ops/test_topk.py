@@ -394,11 +394,10 @@ def replay_alternating(call, x_s, n_s, out, inputs, want) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [512, 2048])
-@pytest.mark.parametrize("rows", [2, 8])
-def test_gpu_graph_replay_bitwise(rows, k):
+@pytest.mark.parametrize("rows,cols", [(2, 262144), (8, 1048576)])
+def test_gpu_graph_replay_bitwise(rows, cols, k):
     """Capture once, replay 500 times alternating two input sets: bitwise identical answers.
-    2 rows run the fused threshold (per-row tickets re-armed every call), 8 the four launches."""
-    cols = 262144
+    2 rows x 256K: an unfolded grid; 8 x 1M a folded one (segment lists, regions)."""
     gen = torch.Generator().manual_seed(11)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k, gen).cuda())
@@ -429,19 +428,27 @@ def test_gpu_blocks_graph_replay_bitwise():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["fused", "four_launches", "blocks"])
+@pytest.mark.parametrize("mode", ["unfolded", "fused", "folded", "blocks"])
 def test_gpu_pdl_inputs_written_in_graph(mode):
     """Every kernel is a programmatic dependent launch (sm_90+): here a kernel inside the
     graph writes the logits and lengths just before the call, so a kernel that read them
     before its wait would see the other input set of the previous replay. 200 replays
-    alternating two input sets: each answer must be its own set's."""
-    rows, cols, k, block = {"fused": (2, 262144, 512, 1), "four_launches": (8, 262144, 512, 1),
+    alternating two input sets: each answer must be its own set's. ``fused``: the threshold in
+    the last group-maxima program (``_triton.launch(fuse=True)``, the bench's comparison)."""
+    from dsv4_decode.ops.topk import _triton
+
+    rows, cols, k, block = {"unfolded": (2, 262144, 512, 1), "fused": (2, 262144, 512, 1),
+                            "folded": (8, 1048576, 512, 1),
                             "blocks": (6, 1048576, 2048, 8)}[mode]
     gen = torch.Generator().manual_seed(13)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k * block, gen).cuda())
               for kind, spec in (("random", "edges"), ("special", "eighth"))]
-    if block == 1:
+    if mode == "fused":
+        want = [decode_topk_ref(x, n, k) for x, n in inputs]
+        op = lambda x, n, out, workspace: _triton.launch(x.view(torch.int16), n, out, workspace,
+                                                         workspace.cfg, k, fuse=True)
+    elif block == 1:
         want = [decode_topk_ref(x, n, k) for x, n in inputs]
         op = lambda x, n, **kw: decode_topk(x, n, k, **kw)
     else:

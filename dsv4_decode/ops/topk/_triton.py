@@ -1,9 +1,9 @@
 """Triton kernels of ``decode_topk`` (private). Algorithm and work split: docs/kernels/topk.md.
 
-Three launches per call on grids of < 1,024 group-maxima programs, four on larger ones (or
-with ``fuse=False``), all rows at once, every length read on the device; on sm_90+ each is a
-programmatic dependent launch that waits at its start (``_pdl_enter``; the collect first
-loads its chunk of the logits, written before the call):
+Four launches per call (three with ``fuse=True`` on unfolded grids at k <= 512), all rows at
+once, every length read on the device; on sm_90+ each is a programmatic dependent launch that
+waits at its start (``_pdl_enter``; the collect first loads its chunk of the logits, written
+before the call):
 
 1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row; the maxima of strided
    groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level) at the
@@ -542,15 +542,16 @@ LIST_PROGRAMS = 64
 LIST_REGION = 2048
 
 
-def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True, pdl: bool = True) -> None:
+def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = True) -> None:
     """Run the kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
 
-    ``fuse`` (default): for k <= 512 on grids of < 1,024 group-maxima programs (unfolded,
-    R = 1: the latency-bound cells) the threshold runs in the last group-maxima program of
-    each row, three launches; elsewhere, or with ``fuse=False`` (round 1's path, kept for the
-    benchmark's comparison), a separate threshold launch: the fused code's registers
-    (~80-150 a thread) would cut the CTAs per SM of the bandwidth-bound pass. Per-kernel
-    times: ``bench topk --kernels`` (profiler).
+    Four launches by default. ``fuse=True`` (the default until session 10, kept for the
+    benchmark's comparison): for k <= 512 on unfolded grids (R = 1) the threshold runs in the
+    last group-maxima program of each row, three launches. With the launches dependent
+    (``pdl``) the separate threshold launch costs less than the fused ticket chain: session 10,
+    same run, the four launches were faster in 12 of the 16 k = 512 cells the fusion took
+    (1 x 1M all 13.17 -> 11.30 us, 1 x 64K 1/8 11.19 -> 10.04; slower at most +0.40, 6 x 64K
+    1/8). Per-kernel times: ``bench topk --kernels`` (profiler).
 
     ``pdl`` (default; used on sm_90+ only): every kernel is a programmatic dependent launch
     (``_pdl_enter``): its launch overlaps the tail of the kernel before it, the first one's
@@ -560,8 +561,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = True, pdl: bool = Tr
     rows, cols = x16.shape
     n_chunks = triton.cdiv(cols, cfg.chunk)
     log_r = span_log2(rows, n_chunks)
-    # measured (H200, bec0572): fused saves <= 0.5 us at k = 512 but costs up to 7.4 us at
-    # k = 2048 (13 of 16 cells slower: the 8,192-slot tile in the last CTA), so k <= 512 only
+    # measured (H200, bec0572): fused cost up to 7.4 us at k = 2048 (13 of 16 cells slower:
+    # the 8,192-slot tile in the last CTA), so k <= 512 only
     fuse = fuse and log_r == 0 and k <= 512
     pdl = pdl and pdl_capable(x16.device)
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))

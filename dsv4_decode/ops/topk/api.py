@@ -183,10 +183,10 @@ def decode_topk(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
 
     Graph safety: lengths are only read on the device; no host synchronisation. With ``out``
     and ``workspace`` given nothing is allocated, so the call can be captured in a CUDA graph
-    and replayed with new logits and lengths (in the same tensors). Three kernel launches
-    (four when rows x chunks of 2,048 columns >= 1,024); on sm_90+ each is a programmatic
-    dependent launch that waits on the device for the kernel before it (so logits and lengths
-    written by the previous kernel in the stream are always seen).
+    and replayed with new logits and lengths (in the same tensors). Four kernel launches; on
+    sm_90+ each is a programmatic dependent launch that waits on the device for the kernel
+    before it (so logits and lengths written by the previous kernel in the stream are always
+    seen).
 
     Raises:
         ValueError: naming the argument, for a wrong dtype, rank, stride, device, k out of range,

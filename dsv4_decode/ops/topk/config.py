@@ -24,13 +24,24 @@ NSEG = 16
 # histograms short (4 blocks of 8 a thread at 4 warps); the element cap keeps blocks of 2 and
 # 4 from spilling registers (sm_90 compile test).
 RADIX_COLS = 4096
+
+# Plain mode folds no chunks up to this many group-maxima programs (rows x chunks of 2,048
+# columns). Session 10 (scripts/topk_fold_sweep.py, programmatic dependent launches, µs): at
+# 1,536-2,048 programs unfolded won in 6 of 7 cells (48 x 64K all 27.73 -> 19.05, 64 x 64K all
+# 33.09 -> 22.93, 12 x 256K 1/8 16.85 -> 12.92, 6 x 512K all 20.56 -> 17.51; lost 48 x 64K 1/8
+# 15.47 -> 15.96); at 3,072 it won at 1/8 valid and lost at all valid (12 x 512K all 21.72 ->
+# 25.47); from 6,144 it lost everywhere (12 x 1M all 28.36 -> 38.63).
+UNFOLDED_PROGRAMS = 2048
 RADIX_ELEMENTS = 512
 
 
 def span_log2(rows: int, n_chunks: int) -> int:
-    """log2 of the chunks R one group-maxima program folds: the largest R <= 8 that leaves
-    >= 512 programs (~4 per SM of 132). Measured on the H200 (session 3 probe: a plain max over
-    64 x 1M bf16): 4,096 programs of 8 chunks stream at 4.2 TB/s, 1,024 of 32 at 3.8 TB/s."""
+    """log2 of the chunks R one group-maxima program folds: 1 (no folding) up to
+    ``UNFOLDED_PROGRAMS`` programs, else the largest R <= 8 that leaves >= 512 programs (~4 per
+    SM of 132). Measured on the H200 (session 3 probe: a plain max over 64 x 1M bf16): 4,096
+    programs of 8 chunks stream at 4.2 TB/s, 1,024 of 32 at 3.8 TB/s."""
+    if rows * n_chunks <= UNFOLDED_PROGRAMS:
+        return 0
     r = 1
     while r < 8 and rows * n_chunks >= 512 * 2 * r and 2 * r <= n_chunks:
         r *= 2
