@@ -566,8 +566,8 @@ for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: sel
         SEL_ROWS=min(4, rows), K_PAD=max(8, 16 // min(4, rows)), **sel),
         api._SELECT_WARPS if rows <= 4 else 4)
     if rows > 4:  # as route launches it: one row a CTA, 8 warps
-        out[f"select-{rows}"] = build(K._router_select_kernel, dict(BLOCK_T=1, K_PAD=8, PDL=True,
-                                                                    **sel), api._SELECT_WARPS)
+        out[f"select-{rows}"] = build(K._router_select_kernel, dict(BLOCK_T=1, K_PAD=8, **sel),
+                                      api._SELECT_WARPS)
 out["record"] = build(K._route_record_kernel, dict(CAP=1152, NP=1024, E_PAD=512, BLOCK_M=16,
                                                     FILL=1024), 8)
 print(json.dumps(out))

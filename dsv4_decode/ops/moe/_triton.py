@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
 
 # --------------------------------------------------------------------------- router
 
@@ -78,13 +77,10 @@ def _router_select_kernel(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, entri
                           SPLIT: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr,
                           BLOCK_T: tl.constexpr, E_PAD: tl.constexpr, HAS_VALID: tl.constexpr,
                           CAP: tl.constexpr, NP: tl.constexpr, BLOCK_M: tl.constexpr,
-                          FILL: tl.constexpr, PDL: tl.constexpr):
+                          FILL: tl.constexpr):
     """Grid ``cdiv(T, BLOCK_T)`` (route: BLOCK_T = 1, one CTA per row, above the logits
     kernel's SELECT rows). ``_select`` of this CTA's rows; the last CTA to arrive (ticket
-    ``tick_ptr``) writes the routing record from the ids in memory (all CTAs' rows). PDL:
-    launched as a programmatic dependent of the logits kernel, it waits for it first."""
-    if PDL:
-        gdc_wait()
+    ``tick_ptr``) writes the routing record from the ids in memory (all CTAs' rows)."""
     _select(part_ptr, bias_ptr, valid_ptr, ids_ptr, wts_ptr, tl.program_id(0) * BLOCK_T, T,
             route_scale, E, SPLIT, TOP_K, K_PAD, BLOCK_T, E_PAD, HAS_VALID)
     if _last_arrival(tick_ptr, tl.num_programs(0)):

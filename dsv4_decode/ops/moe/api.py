@@ -24,8 +24,6 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from dsv4_decode.utils.device import pdl_capable
-
 from . import _triton as K
 from .config import MoEConfig, pick_config
 
@@ -36,8 +34,6 @@ _ROUTER_K_CHUNK = 256
 _ROUTER_BLOCK_K = 128
 _SELECT_ROWS = 4
 _SELECT_WARPS = 8
-# The select kernel (above _SELECT_ROWS rows) as a programmatic dependent launch on sm_90+
-_SELECT_PDL = True
 _COMBINE_BLOCK_D = 1024
 # Rows up to which W2's last CTA per column block does the combine. Measured on the H200 at
 # 0e9b594 (profiler, TP=4): W2 + its combine 11.87 µs against 10.11 + 2.27 (launch) at 1 row,
@@ -194,7 +190,7 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
     split = out.logits.shape[0]
     block_t = min(64, _np2(max(t, 16)))
     select = t <= _SELECT_ROWS  # the last logits CTA selects all rows (1 launch)
-    sel_rows = max(1, min(_SELECT_ROWS, _np2(t)))  # 1 row: a [1, E] tile, 4x less a thread
+    sel_rows = min(_SELECT_ROWS, _np2(t))  # 1 row: a [1, E] tile, 4x less per thread
     sel = dict(SPLIT=split, TOP_K=top_k, HAS_VALID=valid_rows is not None,
                **_record_consts(out))
     valid = valid_rows if valid_rows is not None else out.ids
@@ -208,14 +204,13 @@ def route(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
         SELECT=select, SEL_ROWS=sel_rows, K_PAD=max(_np2(top_k), 16 // sel_rows), **sel,
         num_warps=_SELECT_WARPS if select else 4)
     if not select:
-        pdl = _SELECT_PDL and pdl_capable(x.device)
         # One CTA of 8 warps per row: [1, E] tiles of 2 values a thread, so ptxas keeps all
         # SPLIT partial loads in flight at once (4 rows x 4 warps: 16 values a thread, loads
         # interleaved with the adds, ~6 dependent L2 round trips; docs/kernels/moe.md).
         K._router_select_kernel[(t,)](
             out.logits, gate_bias, valid, out.ids, out.weights, out.entries, out.tiles,
             out.tick, t, float(route_scale), E=e, BLOCK_T=1, K_PAD=_np2(top_k), **sel,
-            PDL=pdl, num_warps=_SELECT_WARPS, **({"launch_pdl": True} if pdl else {}))
+            num_warps=_SELECT_WARPS)
     return out
 
 
