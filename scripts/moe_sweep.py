@@ -1,7 +1,7 @@
 """Probe: the MoE layer's time (CUDA-graph replay, as ``bench moe``) for ``MoEConfig`` variants
 around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a row count.
 
-    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | layout | combine]
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | layout]
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
@@ -11,12 +11,9 @@ split configs W1|W3 capped at 128 / 104 / 96 registers (8 / 9 / 10 CTAs a SM); w
 tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``layout``: ``pick`` on the
 bank as ``prepare_moe_weights`` lays it out (W2 granule-major at I = 576) and on the same bank
 with W2 row-major, in one process (one GPU: no device-to-device spread). Variants equal to
-``pick`` are skipped. ``combine``: ``pick`` against the combine kernel as a plain launch
-(``api._COMBINE_PDL`` off; it runs above 3 rows) and against the combine as its own launch at
-every row count (``api._COMBINE_FUSED_ROWS = 0``: not in W2's last CTAs), alternated twice.
-Session 7 ran a first version of it (other variant names, same timing; run 6, log in
-``benchmarks/results/h200-session7/``) to check the rule after the joined W1|W3 tile:
-``pick`` was within 0.15 us of the best variant at every row count.
+``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
+timing; run 6, log in ``benchmarks/results/h200-session7/``) to check the rule after the
+joined W1|W3 tile: ``pick`` was within 0.15 us of the best variant at every row count.
 Session 8 ran the ``stages`` mode (runs 6-8 of ``h200-session8``), session 9 with the register
 caps (run 1 of ``h200-session9``).
 """
@@ -37,7 +34,6 @@ from dsv4_decode.ops.moe import (
     repack_mxfp4,
     route,
 )
-from dsv4_decode.ops.moe import api as moe_api
 
 
 def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
@@ -81,22 +77,12 @@ def main(rows_list: list[int], mode: str = "") -> None:
         routing = alloc_routing(rows, 6, 384, B.D, "cuda")
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
         res = []
-        pick = pick_config(rows, 6, True, 576)
-        attrs = {}  # api attributes a run sets (read when its graph is captured)
         if mode == "layout":
-            runs = [("pick", pick, layer.prepared, attrs),
-                    ("w2_rowmajor", pick, row_major, attrs)] * 2
-        elif mode == "combine":
-            runs = [("pick", pick, layer.prepared, attrs),
-                    ("combine_plain", pick, layer.prepared, {"_COMBINE_PDL": False}),
-                    ("combine_launch", pick, layer.prepared, {"_COMBINE_FUSED_ROWS": 0})] * 2
+            pick = pick_config(rows, 6, True, 576)
+            runs = [("pick", pick, layer.prepared), ("w2_rowmajor", pick, row_major)] * 2
         else:
-            runs = [(name, cfg, layer.prepared, attrs)
-                    for name, cfg in variants(rows, mode).items()]
-        for name, cfg, bank, run_attrs in runs:
-            saved = {a: getattr(moe_api, a) for a in run_attrs}
-            for a, v in run_attrs.items():
-                setattr(moe_api, a, v)
+            runs = [(name, cfg, layer.prepared) for name, cfg in variants(rows, mode).items()]
+        for name, cfg, bank in runs:
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
             state = {"i": 0}
 
@@ -111,9 +97,6 @@ def main(rows_list: list[int], mode: str = "") -> None:
                 res.append(f"{name} {graph_time_us(fn, calls=B.CALLS):.2f}")
             except Exception as err:  # e.g. a split that does not divide D: report, go on
                 res.append(f"{name} failed ({type(err).__name__}: {str(err)[:100]})")
-            finally:
-                for a, v in saved.items():
-                    setattr(moe_api, a, v)
         print(f"rows={rows}: " + ", ".join(res), flush=True)
 
 

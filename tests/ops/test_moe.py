@@ -554,7 +554,7 @@ for rows, inter in ((1, 576), (6, 576), (12, 576), (48, 576), (1, 2304), (48, 23
                          W2_GRANULE=inter % 128 == 64, INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
                                                          cfg.num_warps, cfg.num_stages)
-out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True, PDL=True,
+out["combine"] = build(K._moe_combine_kernel, dict(TOP_K=6, HAS_SHARED=True,
                                                    BLOCK_D=api._COMBINE_BLOCK_D), 4)
 for rows in (1, 4, 48):  # 1-4: the last logits CTA selects and records; 48: select launch
     r = api.alloc_routing(rows, 6, 384, 16, "cpu")

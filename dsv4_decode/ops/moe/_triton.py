@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
 
 # --------------------------------------------------------------------------- router
 
@@ -569,25 +568,15 @@ def _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, rows, row_ok, offs_d, d_o
 
 @triton.jit
 def _moe_combine_kernel(part_ptr, ids_ptr, wts_ptr, out_ptr, D, N_ENTRIES, stride_out,
-                        TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr,
-                        PDL: tl.constexpr):
-    """PDL: launched as a programmatic dependent of the W2 kernel; the routing (complete before
-    the experts ran) is read before griddepcontrol.wait, the partials after."""
+                        TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr):
     row = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = offs_d < D
     acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    es = ()
-    ws = ()
-    for i in tl.static_range(TOP_K):
-        es = es + (tl.load(ids_ptr + row * TOP_K + i),)
-        ws = ws + (tl.load(wts_ptr + row * TOP_K + i),)
-    if PDL:
-        gdc_wait()
     for i in tl.static_range(TOP_K):  # slot order: deterministic
         n = row * TOP_K + i
-        e = es[i]
-        w = ws[i]
+        e = tl.load(ids_ptr + n)
+        w = tl.load(wts_ptr + n)
         p = tl.load(part_ptr + n.to(tl.int64) * D + offs_d, mask=dmask & (e >= 0), other=0.0)
         acc += tl.where(e >= 0, w, 0.0) * p
     if HAS_SHARED:

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from dsv4_decode.utils.device import pdl_capable
-
 from . import _triton as K
 from .config import MoEConfig, pick_config
 
@@ -42,8 +40,6 @@ _COMBINE_BLOCK_D = 1024
 # 32.45 against 27.33 + 2.72 at 6 rows: the fused sum costs ~1.76 + 0.67 (T - 1) µs on W2's
 # tail, the launch ~2.3-2.7 µs + ~0.7 µs of idle gap, even at T ~ 3.
 _COMBINE_FUSED_ROWS = 3
-# The combine kernel (above _COMBINE_FUSED_ROWS rows) as a programmatic dependent launch
-_COMBINE_PDL = True
 
 
 def _np2(n: int) -> int:
@@ -518,9 +514,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
         BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine,
         W2_GRANULE=w.w2_granule, **launch)
     if not combine:
-        pdl = _COMBINE_PDL and pdl_capable(x.device)
         K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
             workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
-            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, PDL=pdl,
-            num_warps=4, **({"launch_pdl": True} if pdl else {}))
+            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
     return out
