@@ -379,11 +379,12 @@ def test_bad_arguments(device):
 
 # ---------------------------------------------------------------- production shapes (GPU)
 
-def replay_alternating(call, x_s, n_s, out, inputs, want) -> None:
-    """Capture ``call`` (reading x_s / n_s, writing out) once, replay it 500 times with the two
-    input sets of ``inputs`` copied in by turns: each answer must equal ``want`` bitwise."""
+def replay_alternating(call, x_s, n_s, out, inputs, want, replays: int = 500) -> None:
+    """Capture ``call`` (reading x_s / n_s, writing out) once, replay it ``replays`` times with
+    the two input sets of ``inputs`` copied in by turns: each answer must equal ``want``
+    bitwise."""
     graph = capture(call)
-    for i in range(500):
+    for i in range(replays):
         x, n = inputs[i % 2]
         x_s.copy_(x)
         n_s.copy_(n)
@@ -464,14 +465,7 @@ def test_gpu_pdl_inputs_written_in_graph(mode):
         torch.bitwise_xor(src_n, 0, out=n_s)
         op(x_s, n_s, out=out, workspace=ws)
 
-    graph = capture(call)
-    for i in range(200):
-        x, n = inputs[i % 2]
-        src_x.copy_(x)
-        src_n.copy_(n)
-        out.fill_(-7)
-        graph.replay()
-        assert torch.equal(out, want[i % 2]), f"replay {i}"
+    replay_alternating(call, src_x, src_n, out, inputs, want, replays=200)
 
 
 @pytest.mark.gpu
