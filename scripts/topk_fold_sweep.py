@@ -1,17 +1,18 @@
-"""Probe: plain mode's folded grids (``config.span_log2`` > 0: four launches, the collect from
-the threshold's segment lists) against the same cells run unfolded (one chunk a program: the
-small-grid path, three launches with the fused threshold at k = 512, or four without it).
-The bench's method (CUDA graph of 20 calls, median of 20 replays, µs); each variant's answer
-is checked against the default's. ``PYTHONPATH=. python3 scripts/topk_fold_sweep.py``
+"""Probe: plain mode's folded grids (``config.span_log2`` > 0: the collect from the
+threshold's segment lists) against the same cells run unfolded (one chunk a program: the
+small-grid path), with the threshold as its own launch or fused into the group-maxima pass
+(k = 512). ``folded`` folds from 1,024 programs, as before session 10 (``UNFOLDED_PROGRAMS``
+set to 0); session 10's run 5 named it ``pick`` (its fuse flag had no effect on a folded
+grid). The bench's method (CUDA graph of 20 calls, median of 20 replays, µs); each variant's
+answer is checked against the first's. ``PYTHONPATH=. python3 scripts/topk_fold_sweep.py``
 """
 
 import torch
 
 from dsv4_decode.bench import topk as T
-from dsv4_decode.ops.topk import _triton, make_topk_workspace
-from dsv4_decode.ops.topk.config import span_log2
+from dsv4_decode.ops.topk import _triton, config, make_topk_workspace
 
-# (rows, cols, valid) at k = 512 whose grid folds today (rows x chunks of 2,048 >= 1,024)
+# (rows, cols, valid) at k = 512 whose grid folded before session 10 (rows x chunks >= 1,024)
 CELLS = [(48, 65536, "1/8"), (48, 65536, "all"), (64, 65536, "all"), (12, 262144, "1/8"),
          (12, 262144, "all"), (24, 262144, "1/8"), (24, 262144, "all"), (48, 262144, "all"),
          (6, 524288, "1/8"), (6, 524288, "all"), (12, 524288, "1/8"), (12, 524288, "all"),
@@ -25,9 +26,10 @@ def run(rows, cols, valid) -> str:
     ws = make_topk_workspace(rows, K, "cuda")
     out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
     res, want = [], None
-    for name, fold, fuse in (("pick", True, True), ("unfolded_fused", False, True),
+    unfolded = config.UNFOLDED_PROGRAMS
+    for name, fold, fuse in (("folded", True, False), ("unfolded_fused", False, True),
                              ("unfolded", False, False)):
-        _triton.span_log2 = span_log2 if fold else (lambda rows, n_chunks: 0)
+        config.UNFOLDED_PROGRAMS = 0 if fold else 1 << 30
         try:
             us = T._timed(lambda x, fuse=fuse: _triton.launch(
                 x.view(torch.int16), lens, out, ws, ws.cfg, K, fuse=fuse), xs)
@@ -36,7 +38,7 @@ def run(rows, cols, valid) -> str:
             want = got if want is None else want
             res.append(f"{name} {us:.2f}{'' if torch.equal(got, want) else ' DIFFERENT'}")
         finally:
-            _triton.span_log2 = span_log2
+            config.UNFOLDED_PROGRAMS = unfolded
     return f"{rows}x{cols}x{valid}: " + ", ".join(res)
 
 
