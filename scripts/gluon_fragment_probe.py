@@ -1,34 +1,42 @@
-"""Offline probe (no GPU): can a weight-streaming kernel on Hopper feed mma.sync from registers,
-with no shared-memory round trip between the global load and the MMA? The MoE's Triton
-kernels cannot choose the register layout of a load, so every decoded weight tile goes through
-shared memory (STS, barrier, LDSM). Gluon (``triton.experimental.gluon``, Triton 3.6) can.
+"""Probe: can a weight-streaming kernel on Hopper feed mma.sync from registers, with no
+shared-memory round trip between the global load and the MMA? The MoE's Triton kernels cannot
+choose the register layout of a load, so every decoded weight tile goes through shared memory
+(STS, barrier, LDSM). Gluon (``triton.experimental.gluon``, Triton 3.6) takes explicit layouts.
 
-The probe compiles, for sm_90a, a [16, 64] x [64, 64] bf16 product per 64-deep K step whose B
-operand is read from global memory as 32-bit words in an explicit linear layout, decoded in
-registers (``join`` / ``permute`` / ``reshape``) and handed to ``mma_v2`` through
-``convert_layout(..., assert_trivial=True)``, which compiles only if the conversion moves no
-data. Two word formats:
+Two kernels, compiled for sm_90a (no GPU needed):
 
-- ``bf16``: two bf16 of consecutive k a word (the pair each thread's m16n8k16 fragment holds):
-  the B-operand layout without its pair bit.
-- ``fp4``: eight 4-bit codes a word covering three of the fragment's k bits (k + 1, + 8, + 16;
-  the word index carries k + 2, + 4, + 32), as a load-time permutation of the nibbles would
-  store them. The decode is a stand-in (shifts and masks to bf16 bits, no scales), not e2m1.
+- ``_bf16_pairs``: a [16, 64] x [64, 64] product a 64-deep K step whose B operand is read as
+  32-bit words, two bf16 of consecutive k a word (the pair each thread's m16n8k16 fragment
+  holds), in an explicit linear layout (the B-operand layout without its pair bit), split in
+  registers and handed to ``mma_v2`` through ``convert_layout(..., assert_trivial=True)``,
+  which compiles only if the conversion moves no data.
+- ``_mxfp4_gemm``: the MoE's orientation (weights in the MMA's M, up to 16 token rows in N) on
+  MXFP4 weights: 64 weight rows a CTA, ue8m0 scales per 32 inputs, the e2m1 decode of
+  ``ops/moe/_triton._mx4_dot`` (``api.REPACK_BITS``). Each 32-bit word holds the 8 values at
+  k = base + {0, 1, 8, 9, 16, 17, 24, 25} of a 64-input step (``fragment_repack``), three of
+  the A fragment's k bits; the word's index carries k + 2, + 4, + 32.
 
-It prints the shared memory each kernel allocates and its SASS counts (``cuobjdump``). Session
-10: both 0 bytes, 8 HMMA, no LDS / STS / LDSM / BAR (bf16: 32 LDG, 104 instructions; fp4: 20
-LDG, 152 instructions). The activation operand is loaded the same way (its own dot-operand
-layout, straight from global memory).
+Offline it prints each kernel's registers, shared memory and SASS counts (``cuobjdump``).
+Session 10 got 0 bytes and no LDS / STS / LDSM / BAR for both; ``_mxfp4_gemm`` took 48
+registers, and its K loop is 142 instructions a thread a 64-deep step (1,024 weights a warp):
+8 HMMA, 4 LDG of words and 4 of scale bytes, 16 LDG of the activation operand (loaded
+straight from global memory in its fragment layout, 4 bytes at a time), 18 HMUL2, ~60 integer
+ops of the decode, 20 register moves (IMAD.MOV, PRMT). It also checks ``fragment_repack``
+on the CPU: decoding its words the way the kernel does (``emulate``) gives the reference
+dequantisation bit for bit. With a GPU (not run yet: no device time was left in session
+10) it checks the kernel against torch and times it streaming ~140 MB of weights (``--gpu``).
 
-    PYTHONPATH=. python3 scripts/gluon_fragment_probe.py
+    PYTHONPATH=. python3 scripts/gluon_fragment_probe.py [--gpu]
 """
 
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental import gluon
@@ -36,9 +44,57 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from dsv4_decode.ops.moe.api import repack_mxfp4
+
+# word o of a 64-input step's 8 -> k offset from the word's base (the A fragment's k + 1, + 8,
+# + 16 bits); the decode yields them in the order l0 h0 l2 h2 l1 h1 l3 h3 (_mx4_dot)
+OFFSET = (0, 1, 8, 9, 16, 17, 24, 25)
+
+
+def base(j: int) -> int:
+    """k of word j (0..7) of a 64-input step: its bits are the fragment's k + 2, + 4, + 32."""
+    return 2 * (j & 1) + 4 * ((j >> 1) & 1) + 32 * ((j >> 2) & 1)
+
+
+def fragment_repack(packed: torch.Tensor) -> torch.Tensor:
+    """Checkpoint MXFP4 rows ``uint8 [N, K/2]`` (low nibble = even k) -> int32 ``[N, K/8]``:
+    word ``8c + j`` holds k = 64c + base(j) + OFFSET[o] at in-word slot o, with the bits of
+    ``api.REPACK_BITS`` (so the kernel's decode is ``_mx4_dot``'s)."""
+    n, half = packed.shape
+    k = 2 * half
+    codes = torch.stack((packed & 15, packed >> 4), -1).reshape(n, k)
+    src = torch.tensor([64 * c + base(j) + OFFSET[o] for c in range(k // 64) for j in range(8)
+                        for o in range(8)])
+    perm = codes[:, src]  # slot 8j + o of step c = the code of k above
+    return repack_mxfp4((perm[:, 0::2] | (perm[:, 1::2] << 4)).to(torch.uint8))
+
+
+def emulate(words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The kernel's decode on the CPU: int32 ``[N, K/8]`` words + ue8m0 ``[N, K/32]`` ->
+    fp32 ``[N, K]`` weights (the same bit operations, then the same placement)."""
+    q = words.to(torch.int64) & 0xFFFFFFFF
+    m2 = 0x81C081C0
+    pairs = [q & m2, (q << 3) & m2, (q << 6) & m2,
+             ((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100) | ((q << 1) & 0x80008000)]
+    halves = []
+    for p in pairs:
+        for h in (p & 0xFFFF, (p >> 16) & 0xFFFF):
+            halves.append(torch.where(h >= 2**15, h - 2**16, h).to(torch.int16)
+                          .view(torch.bfloat16).float())
+    l0, h0, l1, h1, l2, h2, l3, h3 = halves
+    slots = (l0, h0, l2, h2, l1, h1, l3, h3)  # slot o
+    n, nw = words.shape
+    out = torch.empty(n, nw * 8)
+    for wi in range(nw):
+        c, j = divmod(wi, 8)
+        for o in range(8):
+            out[:, 64 * c + base(j) + OFFSET[o]] = slots[o][:, wi]
+    s = torch.repeat_interleave(scales.to(torch.int32) - 64, 32, dim=1).float()
+    return out * torch.exp2(s) * 2.0**63
+
 
 @gluon.jit
-def _probe(x_ptr, w_ptr, o_ptr, K: gl.constexpr, N: gl.constexpr):
+def _bf16_pairs(x_ptr, w_ptr, o_ptr, K: gl.constexpr, N: gl.constexpr):
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4],
                                                   instr_shape=[16, 8])
     a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
@@ -68,54 +124,70 @@ def _probe(x_ptr, w_ptr, o_ptr, K: gl.constexpr, N: gl.constexpr):
 
 
 @gluon.jit
-def _pair(w, s: gl.constexpr):
-    """The codes at bits s and s + 16 of each word as two bf16 (a stand-in decode)."""
-    q = ((w >> s) & 0x00070007) << 7
-    return ((q & 0xFFFF).to(gl.int16).to(gl.bfloat16, bitcast=True),
-            (q >> 16).to(gl.int16).to(gl.bfloat16, bitcast=True))
+def _bf16_halves(p, sc):
+    """A pair word (two bf16 bit patterns) -> its two values times the scale ``sc`` (bf16)."""
+    lo = (p & 0xFFFF).to(gl.int16).to(gl.bfloat16, bitcast=True)
+    hi = (p >> 16).to(gl.int16).to(gl.bfloat16, bitcast=True)
+    return lo * sc, hi * sc
 
 
 @gluon.jit
-def _probe_fp4(x_ptr, w_ptr, o_ptr, K: gl.constexpr, N: gl.constexpr):
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4],
+def _mxfp4_gemm(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr):
+    """``out[r, n] = sum_k x[r, k] * W[n, k]`` for 16 rows of x (bf16 ``[16, K]``) and the 64
+    weight rows of this CTA (``fragment_repack`` words ``[N, K/8]``, ue8m0 ``[N, K/32]``),
+    fp32 ``[16, N]``."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, 8])
     a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-    # words [8, 64]: word k' holds k = base + {0, 1, 8, 9, 16, 17, 24, 25}, its bits giving
-    # k + 2, + 4 (lanes) and + 32 (a register)
+    # A's layout for [64, 64]: registers k+1, m+8, k+8, k+16, k+32; lanes k+2, k+4, m+1, m+2,
+    # m+4; warps m+16, m+32. The words [64, 8]: registers m+8 and word bit 2 (k+32), lanes
+    # word bits 0, 1 (k+2, k+4) and m+1, m+2, m+4.
     w_l: gl.constexpr = gl.DistributedLinearLayout(
-        reg_bases=[[4, 0], [0, 32]],
-        lane_bases=[[1, 0], [2, 0], [0, 1], [0, 2], [0, 4]],
-        warp_bases=[[0, 8], [0, 16]], block_bases=[], shape=[8, 64])
-    acc = gl.zeros([16, N], gl.float32, layout=mma)
-    offs_m = gl.arange(0, 16, layout=gl.SliceLayout(1, a_l))
-    offs_n = gl.arange(0, N, layout=gl.SliceLayout(0, w_l))
+        reg_bases=[[8, 0], [0, 4]], lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 8])
+    n0 = gl.program_id(0) * 64
+    offs_m = n0 + gl.arange(0, 64, layout=gl.SliceLayout(1, w_l))
+    offs_j = gl.arange(0, 8, layout=gl.SliceLayout(0, w_l))
+    offs_r = gl.arange(0, 16, layout=gl.SliceLayout(0, b_l))
+    acc = gl.zeros([64, 16], gl.float32, layout=mma)
+    w_rows = w_ptr + offs_m.to(gl.int64)[:, None] * (K // 8) + offs_j[None, :]
+    s_rows = s_ptr + offs_m.to(gl.int64)[:, None] * (K // 32) + (offs_j // 4)[None, :]
+    q = gl.load(w_rows)
+    s = gl.load(s_rows)
     for kk in range(0, K, 64):
-        offs_ka = kk + gl.arange(0, 64, layout=gl.SliceLayout(0, a_l))
-        a = gl.load(x_ptr + offs_m[:, None] * K + offs_ka[None, :])
-        offs_kw = kk // 8 + gl.arange(0, 8, layout=gl.SliceLayout(1, w_l))
-        w = gl.load(w_ptr + offs_n[None, :] * (K // 8) + offs_kw[:, None])
-        l00, h00 = _pair(w, 0)  # (k + 16, k + 8) = (0, 0)
-        l01, h01 = _pair(w, 4)  # (0, 1)
-        l10, h10 = _pair(w, 8)  # (1, 0)
-        l11, h11 = _pair(w, 12)  # (1, 1)
-        # each join adds the next-fastest register bit: k + 1, then k + 8, then k + 16
-        v = gl.join(gl.join(gl.join(l00, h00), gl.join(l01, h01)),
-                    gl.join(gl.join(l10, h10), gl.join(l11, h11)))  # [8, N, 2, 2, 2]
-        v = v.reshape([2, 2, 2, N, 2, 2, 2])  # k' bits (32, 4, 2), n, (1, 8, 16)
-        b = v.permute(0, 6, 5, 1, 2, 4, 3).reshape([64, N])  # k bits 32, 16, 8, 4, 2, 1
-        acc = mma_v2(a, gl.convert_layout(b, b_l, assert_trivial=True), acc)
-    om = gl.arange(0, 16, layout=gl.SliceLayout(1, mma))
-    on = gl.arange(0, N, layout=gl.SliceLayout(0, mma))
-    gl.store(o_ptr + om[:, None] * N + on[None, :], acc)
+        # the next step's words and scales first: their round trip overlaps this step
+        nxt = kk + 64 < K
+        q_next = gl.load(w_rows + (kk + 64) // 8, mask=gl.full([64, 8], nxt, gl.int1, w_l),
+                         other=0)
+        s_next = gl.load(s_rows + (kk + 64) // 32, mask=gl.full([64, 8], nxt, gl.int1, w_l),
+                         other=127)
+        sc = ((s.to(gl.int32) + 63) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+        l0, h0 = _bf16_halves(q & -2118090304, sc)  # 0x81C081C0
+        l1, h1 = _bf16_halves((q << 3) & -2118090304, sc)
+        l2, h2 = _bf16_halves((q << 6) & -2118090304, sc)
+        l3, h3 = _bf16_halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100)
+                              | ((q << 1) & -2147450880), sc)  # 0x80008000
+        # slots l0 h0 | l2 h2 | l1 h1 | l3 h3 = k + 0, 1 | 8, 9 | 16, 17 | 24, 25: each join
+        # adds the next-fastest register bit (k + 1, then k + 8, then k + 16)
+        v = gl.join(gl.join(gl.join(l0, h0), gl.join(l2, h2)),
+                    gl.join(gl.join(l1, h1), gl.join(l3, h3)))  # [64, 8, 2, 2, 2]
+        v = v.reshape([64, 2, 2, 2, 2, 2, 2])  # m, word bits (k+32, k+4, k+2), k+1, k+8, k+16
+        a = v.permute(0, 1, 6, 5, 2, 3, 4).reshape([64, 64])
+        offs_k = kk + gl.arange(0, 64, layout=gl.SliceLayout(1, b_l))
+        xt = gl.load(x_ptr + offs_r[None, :] * K + offs_k[:, None])
+        acc = mma_v2(gl.convert_layout(a, a_l, assert_trivial=True), xt, acc)
+        q = q_next
+        s = s_next
+    om = n0 + gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
+    orr = gl.arange(0, 16, layout=gl.SliceLayout(0, mma))
+    gl.store(o_ptr + orr[None, :] * N + om[:, None], acc * 9.223372036854775808e18)  # 2**63
 
 
-def report(name, fn) -> None:
-    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "o_ptr": "*fp32", "K": "constexpr",
-           "N": "constexpr"}
+def report(name, fn, sig, const) -> None:
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if sig[n].startswith("*")}
-    kernel = triton.compile(GluonASTSource(fn, sig, {"K": 1024, "N": 64}, attrs),
+    kernel = triton.compile(GluonASTSource(fn, sig, const, attrs),
                             target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
     tools = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
     with tempfile.TemporaryDirectory() as d:
@@ -124,13 +196,75 @@ def report(name, fn) -> None:
             f.write(kernel.asm["cubin"])
         sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", path],
                               capture_output=True, text=True).stdout
+        ptx = os.path.join(d, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(kernel.asm["ptx"])
+        info = subprocess.run([os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o",
+                               os.devnull], capture_output=True, text=True).stderr
+    regs = re.findall(r"Used (\d+) registers", info)
     ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass))
-    print(f"{name}: shared memory {kernel.metadata.shared} bytes; SASS: "
+    print(f"{name}: {regs[0] if regs else '?'} registers, shared memory "
+          f"{kernel.metadata.shared} bytes; SASS: "
           + ", ".join(f"{op} {ops.get(op, 0)}" for op in ("HMMA", "LDG", "LDS", "STS", "LDSM",
                                                           "BAR"))
-          + f"; {sum(ops.values())} instructions")
+          + f"; {sum(ops.values())} instructions", flush=True)
+
+
+def random_mxfp4(n: int, k: int, gen: torch.Generator):
+    packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=gen)
+    scales = torch.randint(118, 131, (n, k // 32), dtype=torch.uint8, generator=gen)
+    return packed, scales
+
+
+def reference(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Dequantised fp32 weights from the checkpoint layout (e2m1 magnitudes, sign bit 3)."""
+    codes = torch.stack((packed & 15, packed >> 4), -1).reshape(packed.shape[0], -1).long()
+    mag = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])[codes & 7]
+    val = torch.where(codes >= 8, -mag, mag)
+    return val * torch.exp2(torch.repeat_interleave(scales.float() - 127, 32, dim=1))
+
+
+def check_cpu() -> None:
+    gen = torch.Generator().manual_seed(0)
+    packed, scales = random_mxfp4(64, 256, gen)
+    got = emulate(fragment_repack(packed), scales)
+    want = reference(packed, scales)
+    print(f"CPU emulation of the kernel's decode equals the reference: "
+          f"{torch.equal(got, want)}", flush=True)
+    assert torch.equal(got, want)
+
+
+def run_gpu() -> None:
+    from dsv4_decode.bench.timing import graph_time_us
+
+    gen = torch.Generator().manual_seed(1)
+    k = 5120
+    packed, scales = random_mxfp4(256, k, gen)
+    x = torch.zeros(16, k, dtype=torch.bfloat16)
+    x[:6] = torch.randn(6, k, generator=gen).to(torch.bfloat16)
+    words = fragment_repack(packed).cuda()
+    out = torch.empty(16, 256, device="cuda")
+    _mxfp4_gemm[(4,)](x.cuda(), words, scales.cuda(), out, 256, K=k, num_warps=4)
+    want = x.float() @ reference(packed, scales).T
+    err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
+    print(f"GPU against torch (6 rows of 16, 256 x {k}): max relative error {err:.2e}")
+    n = 48 * 1152  # 48 experts of W1|W3 at TP = 4: ~141 MB of words, past the L2
+    words = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda")
+    sc = torch.randint(118, 131, (n, k // 32), dtype=torch.uint8, device="cuda")
+    xs, out = x.cuda(), torch.empty(16, n, device="cuda")
+    us = graph_time_us(lambda: _mxfp4_gemm[(n // 64,)](xs, words, sc, out, n, K=k,
+                                                         num_warps=4), calls=20)
+    nbytes = words.numel() * 4 + sc.numel()
+    print(f"GPU stream: {n} x {k} MXFP4, 16 rows: {us:.2f} us, {nbytes / us / 1e6:.2f} TB/s")
 
 
 if __name__ == "__main__":
-    report("bf16", _probe)
-    report("fp4", _probe_fp4)
+    check_cpu()
+    report("bf16 pairs", _bf16_pairs, {"x_ptr": "*bf16", "w_ptr": "*i32", "o_ptr": "*fp32",
+                                       "K": "constexpr", "N": "constexpr"},
+           {"K": 1024, "N": 64})
+    report("mxfp4", _mxfp4_gemm, {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8",
+                                  "o_ptr": "*fp32", "N": "i32", "K": "constexpr"},
+           {"K": 5120})
+    if "--gpu" in sys.argv:
+        run_gpu()
