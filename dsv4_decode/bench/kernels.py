@@ -7,7 +7,10 @@ launches per call and the median duration of one launch, plus the per-call total
 (the union of kernel intervals) and ``span`` (first kernel start to last kernel end), whose
 difference is the time no kernel of the graph ran (launch latency and dependency gaps).
 Kernel durations from CUPTI exclude the launch itself, so ``span`` is a little below the
-event-timed ``graph_time_us``.
+event-timed ``graph_time_us``. With programmatic dependent launches (topk's kernels and
+sparse_attn's one-step layout on sm_90+) a kernel starts while the one before it still runs
+and waits on the device: its duration then includes that wait, the kernels' totals add up to
+more than ``span``, and ``format`` says so under the table.
 
 Used by ``bench topk|sparse_attn|moe --kernels``; numbers are printed
 (kernel names are the Triton function names), not written to the CSVs.
@@ -43,6 +46,11 @@ class Breakdown:
         for k in self.kernels:
             lines.append(f"    {k.name[:60]:60s} x{k.per_call:<5.2g} {k.median_us:8.2f} us "
                          f"(total {k.per_call * k.median_us:.2f})")
+        total = sum(k.per_call * k.median_us for k in self.kernels)
+        if total > 1.02 * self.span_us:
+            lines.append(f"    (the kernels' totals, {total:.2f} us, exceed the span: they "
+                         "overlap, as dependent launches do; each time includes its wait for "
+                         "the kernel before it)")
         return "\n".join(lines)
 
 
