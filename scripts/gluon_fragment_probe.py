@@ -21,10 +21,15 @@ Session 10 got 0 bytes and no LDS / STS / LDSM / BAR for both; ``_mxfp4_gemm`` t
 registers, and its K loop is 142 instructions a thread a 64-deep step (1,024 weights a warp):
 8 HMMA, 4 LDG of words and 4 of scale bytes, 16 LDG of the activation operand (loaded
 straight from global memory in its fragment layout, 4 bytes at a time), 18 HMUL2, ~60 integer
-ops of the decode, 20 register moves (IMAD.MOV, PRMT). It also checks ``fragment_repack``
-on the CPU: decoding its words the way the kernel does (``emulate``) gives the reference
-dequantisation bit for bit. With a GPU (not run yet: no device time was left in session
-10) it checks the kernel against torch and times it streaming ~140 MB of weights (``--gpu``).
+ops of the decode, 20 register moves (IMAD.MOV, PRMT): 1,136 a warp per 8,192 weights. The
+same product through the MoE's Triton step (``_triton_stream``: ``_mx4_dot`` at W1|W3's
+ROUND1 tile, 32 rows, 256-deep, 2 warps, 3 stages) compiles to 94 registers, 25 KB of shared
+memory and a 494-instruction loop a 256-deep step: 988 per 8,192 weights, with 21 LDS, 4
+LDSM, 13 LDGSTS and 2 barriers a step. It also checks ``fragment_repack`` on the CPU:
+decoding its words the way the kernel does (``emulate``) gives the reference dequantisation
+bit for bit. With a GPU (not run yet: no device time was left in session
+10) it checks both kernels against torch and times them, alternated, streaming ~141 MB of
+weights (``--gpu``).
 
     PYTHONPATH=. python3 scripts/gluon_fragment_probe.py [--gpu]
 """
@@ -38,12 +43,15 @@ from collections import Counter
 
 import torch
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from dsv4_decode.ops.moe._triton import _mx4_dot
 from dsv4_decode.ops.moe.api import repack_mxfp4
 
 # word o of a 64-input step's 8 -> k offset from the word's base (the A fragment's k + 1, + 8,
@@ -184,11 +192,30 @@ def _mxfp4_gemm(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr):
     gl.store(o_ptr + orr[None, :] * N + om[:, None], acc * 9.223372036854775808e18)  # 2**63
 
 
-def report(name, fn, sig, const) -> None:
+@triton.jit
+def _triton_stream(x_ptr, w_ptr, s_ptr, o_ptr, N, K: tl.constexpr, BN: tl.constexpr,
+                   BK: tl.constexpr):
+    """The same product through the MoE's Triton step (``_mx4_dot``, ``repack_mxfp4`` words),
+    BN weight rows a CTA: the comparison at equal bytes."""
+    wrows = tl.program_id(0) * BN + tl.arange(0, BN)
+    rows = tl.arange(0, 16)
+    acc = tl.zeros((BN, 16), dtype=tl.float32)
+    for it in range(K // BK):
+        acc = _mx4_dot(acc, x_ptr, rows, rows < 16, K, it, K, w_ptr, s_ptr, wrows, wrows < N,
+                       32, BK, 0, False)
+    tl.store(o_ptr + rows[None, :] * N + wrows[:, None], acc * 9.223372036854775808e18)
+
+
+# W1|W3's ROUND1 step (config.ROUND1: 32 rows, 256-deep, 2 warps, 3 stages)
+TRITON = dict(BN=32, BK=256, num_warps=2, num_stages=3)
+
+
+def report(name, fn, sig, const, gluon_fn=True, num_warps=4, num_stages=1) -> None:
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
              if sig[n].startswith("*")}
-    kernel = triton.compile(GluonASTSource(fn, sig, const, attrs),
-                            target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    source = (GluonASTSource if gluon_fn else ASTSource)(fn, sig, const, attrs)
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": num_warps, "num_stages": num_stages})
     tools = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.cubin")
@@ -242,20 +269,27 @@ def run_gpu() -> None:
     packed, scales = random_mxfp4(256, k, gen)
     x = torch.zeros(16, k, dtype=torch.bfloat16)
     x[:6] = torch.randn(6, k, generator=gen).to(torch.bfloat16)
-    words = fragment_repack(packed).cuda()
-    out = torch.empty(16, 256, device="cuda")
-    _mxfp4_gemm[(4,)](x.cuda(), words, scales.cuda(), out, 256, K=k, num_warps=4)
     want = x.float() @ reference(packed, scales).T
+    xs, scs, out = x.cuda(), scales.cuda(), torch.empty(16, 256, device="cuda")
+    _mxfp4_gemm[(4,)](xs, fragment_repack(packed).cuda(), scs, out, 256, K=k, num_warps=4)
     err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
-    print(f"GPU against torch (6 rows of 16, 256 x {k}): max relative error {err:.2e}")
+    print(f"Gluon against torch (6 rows of 16, 256 x {k}): max relative error {err:.2e}")
+    _triton_stream[(256 // TRITON["BN"],)](xs, repack_mxfp4(packed).cuda(), scs, out, 256, K=k,
+                                           **TRITON)
+    err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
+    print(f"Triton against torch: max relative error {err:.2e}")
     n = 48 * 1152  # 48 experts of W1|W3 at TP = 4: ~141 MB of words, past the L2
     words = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda")
     sc = torch.randint(118, 131, (n, k // 32), dtype=torch.uint8, device="cuda")
-    xs, out = x.cuda(), torch.empty(16, n, device="cuda")
-    us = graph_time_us(lambda: _mxfp4_gemm[(n // 64,)](xs, words, sc, out, n, K=k,
-                                                         num_warps=4), calls=20)
+    out = torch.empty(16, n, device="cuda")
     nbytes = words.numel() * 4 + sc.numel()
-    print(f"GPU stream: {n} x {k} MXFP4, 16 rows: {us:.2f} us, {nbytes / us / 1e6:.2f} TB/s")
+    runs = {"gluon": lambda: _mxfp4_gemm[(n // 64,)](xs, words, sc, out, n, K=k, num_warps=4),
+            "triton": lambda: _triton_stream[(n // TRITON["BN"],)](xs, words, sc, out, n, K=k,
+                                                                   **TRITON)}
+    for name in ("gluon", "triton", "gluon", "triton"):  # alternated: one GPU, one process
+        us = graph_time_us(runs[name], calls=20)
+        print(f"{name} stream: {n} x {k} MXFP4, 16 rows: {us:.2f} us, "
+              f"{nbytes / us / 1e6:.2f} TB/s", flush=True)
 
 
 if __name__ == "__main__":
@@ -263,8 +297,12 @@ if __name__ == "__main__":
     report("bf16 pairs", _bf16_pairs, {"x_ptr": "*bf16", "w_ptr": "*i32", "o_ptr": "*fp32",
                                        "K": "constexpr", "N": "constexpr"},
            {"K": 1024, "N": 64})
-    report("mxfp4", _mxfp4_gemm, {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8",
-                                  "o_ptr": "*fp32", "N": "i32", "K": "constexpr"},
-           {"K": 5120})
+    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "o_ptr": "*fp32", "N": "i32",
+           "K": "constexpr"}
+    report("mxfp4 (Gluon)", _mxfp4_gemm, sig, {"K": 5120})
+    report("mxfp4 (Triton, _mx4_dot)", _triton_stream,
+           dict(sig, BN="constexpr", BK="constexpr"),
+           {"K": 5120, "BN": TRITON["BN"], "BK": TRITON["BK"]}, gluon_fn=False,
+           num_warps=TRITON["num_warps"], num_stages=TRITON["num_stages"])
     if "--gpu" in sys.argv:
         run_gpu()
