@@ -17,11 +17,14 @@ Two kernels, compiled for sm_90a (no GPU needed):
   the A fragment's k bits; the word's index carries k + 2, + 4, + 32.
 
 Offline it prints each kernel's registers, shared memory and SASS counts (``cuobjdump``).
-Session 10 got 0 bytes and no LDS / STS / LDSM / BAR for both; ``_mxfp4_gemm`` took 48
-registers, and its K loop is 142 instructions a thread a 64-deep step (1,024 weights a warp):
-8 HMMA, 4 LDG of words and 4 of scale bytes, 16 LDG of the activation operand (loaded
-straight from global memory in its fragment layout, 4 bytes at a time), 18 HMUL2, ~60 integer
-ops of the decode, 20 register moves (IMAD.MOV, PRMT): 1,136 a warp per 8,192 weights. The
+Session 10 got 0 bytes and no LDS / STS / LDSM / BAR for every Gluon kernel. ``_mxfp4_gemm``
+at 64 rows and 64-deep steps took 48 registers, and its K loop is 142 instructions a thread a
+step (1,024 weights a warp): 8 HMMA, 4 LDG of words and 4 of scale bytes, 16 LDG of the
+activation operand (loaded straight from global memory in its fragment layout, 4 bytes at a
+time), 18 HMUL2, ~60 integer ops of the decode, 20 register moves (IMAD.MOV, PRMT): 1,136 a
+warp per 8,192 weights. Larger tiles share the activation loads and the loop overhead: 64
+rows x 128-deep 69 registers, 1,048; 128 x 64 88 registers, 1,020; 128 x 128 124 registers,
+966. The
 same product through the MoE's Triton step (``_triton_stream``: ``_mx4_dot`` at W1|W3's
 ROUND1 tile, 32 rows, 256-deep, 2 warps, 3 stages) compiles to 94 registers, 25 KB of shared
 memory and a 494-instruction loop a 256-deep step: 988 per 8,192 weights, with 21 LDS, 4
@@ -139,37 +142,45 @@ def _bf16_halves(p, sc):
     return lo * sc, hi * sc
 
 
+@gluon.constexpr_function
+def _word_layout(rows, bk):
+    """The words ``[rows, bk / 8]`` of one K step: registers m+8 and word bit 2 (k+32), then
+    word bit 3 (k+64) at 128-deep steps and m+64 at 128 rows; lanes word bits 0, 1 (k+2, k+4)
+    and m+1, m+2, m+4; warps m+16, m+32 (A's layout without its k+1, k+8, k+16 bits)."""
+    regs = [[8, 0], [0, 4]] + ([[0, 8]] if bk == 128 else []) + ([[64, 0]] if rows == 128 else [])
+    return gl.DistributedLinearLayout(
+        reg_bases=regs, lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[rows, bk // 8])
+
+
 @gluon.jit
-def _mxfp4_gemm(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr):
-    """``out[r, n] = sum_k x[r, k] * W[n, k]`` for 16 rows of x (bf16 ``[16, K]``) and the 64
-    weight rows of this CTA (``fragment_repack`` words ``[N, K/8]``, ue8m0 ``[N, K/32]``),
-    fp32 ``[16, N]``."""
+def _mxfp4_gemm(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr, ROWS: gl.constexpr,
+                BK: gl.constexpr):
+    """``out[r, n] = sum_k x[r, k] * W[n, k]`` for 16 rows of x (bf16 ``[16, K]``) and the
+    ROWS (64 or 128) weight rows of this CTA (``fragment_repack`` words ``[N, K/8]``, ue8m0
+    ``[N, K/32]``), fp32 ``[16, N]``; K steps of BK (64 or 128)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, 8])
     a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
     # A's layout for [64, 64]: registers k+1, m+8, k+8, k+16, k+32; lanes k+2, k+4, m+1, m+2,
-    # m+4; warps m+16, m+32. The words [64, 8]: registers m+8 and word bit 2 (k+32), lanes
-    # word bits 0, 1 (k+2, k+4) and m+1, m+2, m+4.
-    w_l: gl.constexpr = gl.DistributedLinearLayout(
-        reg_bases=[[8, 0], [0, 4]], lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 8])
-    n0 = gl.program_id(0) * 64
-    offs_m = n0 + gl.arange(0, 64, layout=gl.SliceLayout(1, w_l))
-    offs_j = gl.arange(0, 8, layout=gl.SliceLayout(0, w_l))
+    # m+4; warps m+16, m+32 (then k+64 and m+64 registers for larger tiles)
+    w_l: gl.constexpr = _word_layout(ROWS, BK)
+    WPS: gl.constexpr = BK // 8  # words a row a step
+    n0 = gl.program_id(0) * ROWS
+    offs_m = n0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_l))
+    offs_j = gl.arange(0, WPS, layout=gl.SliceLayout(0, w_l))
     offs_r = gl.arange(0, 16, layout=gl.SliceLayout(0, b_l))
-    acc = gl.zeros([64, 16], gl.float32, layout=mma)
+    acc = gl.zeros([ROWS, 16], gl.float32, layout=mma)
     w_rows = w_ptr + offs_m.to(gl.int64)[:, None] * (K // 8) + offs_j[None, :]
     s_rows = s_ptr + offs_m.to(gl.int64)[:, None] * (K // 32) + (offs_j // 4)[None, :]
     q = gl.load(w_rows)
     s = gl.load(s_rows)
-    for kk in range(0, K, 64):
+    for kk in range(0, K, BK):
         # the next step's words and scales first: their round trip overlaps this step
-        nxt = kk + 64 < K
-        q_next = gl.load(w_rows + (kk + 64) // 8, mask=gl.full([64, 8], nxt, gl.int1, w_l),
-                         other=0)
-        s_next = gl.load(s_rows + (kk + 64) // 32, mask=gl.full([64, 8], nxt, gl.int1, w_l),
-                         other=127)
+        nxt = gl.full([ROWS, WPS], kk + BK < K, gl.int1, w_l)
+        q_next = gl.load(w_rows + (kk + BK) // 8, mask=nxt, other=0)
+        s_next = gl.load(s_rows + (kk + BK) // 32, mask=nxt, other=127)
         sc = ((s.to(gl.int32) + 63) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
         l0, h0 = _bf16_halves(q & -2118090304, sc)  # 0x81C081C0
         l1, h1 = _bf16_halves((q << 3) & -2118090304, sc)
@@ -179,15 +190,19 @@ def _mxfp4_gemm(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr):
         # slots l0 h0 | l2 h2 | l1 h1 | l3 h3 = k + 0, 1 | 8, 9 | 16, 17 | 24, 25: each join
         # adds the next-fastest register bit (k + 1, then k + 8, then k + 16)
         v = gl.join(gl.join(gl.join(l0, h0), gl.join(l2, h2)),
-                    gl.join(gl.join(l1, h1), gl.join(l3, h3)))  # [64, 8, 2, 2, 2]
-        v = v.reshape([64, 2, 2, 2, 2, 2, 2])  # m, word bits (k+32, k+4, k+2), k+1, k+8, k+16
-        a = v.permute(0, 1, 6, 5, 2, 3, 4).reshape([64, 64])
-        offs_k = kk + gl.arange(0, 64, layout=gl.SliceLayout(1, b_l))
+                    gl.join(gl.join(l1, h1), gl.join(l3, h3)))  # [ROWS, WPS, 2, 2, 2]
+        if BK == 64:  # m, word bits (k+32, k+4, k+2), k+1, k+8, k+16
+            v = v.reshape([ROWS, 2, 2, 2, 2, 2, 2])
+            a = v.permute(0, 1, 6, 5, 2, 3, 4).reshape([ROWS, BK])
+        else:  # m, word bits (k+64, k+32, k+4, k+2), k+1, k+8, k+16
+            v = v.reshape([ROWS, 2, 2, 2, 2, 2, 2, 2])
+            a = v.permute(0, 1, 2, 7, 6, 3, 4, 5).reshape([ROWS, BK])
+        offs_k = kk + gl.arange(0, BK, layout=gl.SliceLayout(1, b_l))
         xt = gl.load(x_ptr + offs_r[None, :] * K + offs_k[:, None])
         acc = mma_v2(gl.convert_layout(a, a_l, assert_trivial=True), xt, acc)
         q = q_next
         s = s_next
-    om = n0 + gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
+    om = n0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma))
     orr = gl.arange(0, 16, layout=gl.SliceLayout(0, mma))
     gl.store(o_ptr + orr[None, :] * N + om[:, None], acc * 9.223372036854775808e18)  # 2**63
 
@@ -208,6 +223,7 @@ def _triton_stream(x_ptr, w_ptr, s_ptr, o_ptr, N, K: tl.constexpr, BN: tl.conste
 
 # W1|W3's ROUND1 step (config.ROUND1: 32 rows, 256-deep, 2 warps, 3 stages)
 TRITON = dict(BN=32, BK=256, num_warps=2, num_stages=3)
+GLUON = [(64, 64), (64, 128), (128, 64), (128, 128)]  # (weight rows a CTA, K step)
 
 
 def report(name, fn, sig, const, gluon_fn=True, num_warps=4, num_stages=1) -> None:
@@ -271,9 +287,13 @@ def run_gpu() -> None:
     x[:6] = torch.randn(6, k, generator=gen).to(torch.bfloat16)
     want = x.float() @ reference(packed, scales).T
     xs, scs, out = x.cuda(), scales.cuda(), torch.empty(16, 256, device="cuda")
-    _mxfp4_gemm[(4,)](xs, fragment_repack(packed).cuda(), scs, out, 256, K=k, num_warps=4)
-    err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
-    print(f"Gluon against torch (6 rows of 16, 256 x {k}): max relative error {err:.2e}")
+    for rows, bk in GLUON:
+        out.fill_(float("nan"))
+        _mxfp4_gemm[(256 // rows,)](xs, fragment_repack(packed).cuda(), scs, out, 256, K=k,
+                                    ROWS=rows, BK=bk, num_warps=4)
+        err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
+        print(f"Gluon {rows} rows {bk}-deep against torch (6 rows of 16, 256 x {k}): max "
+              f"relative error {err:.2e}", flush=True)
     _triton_stream[(256 // TRITON["BN"],)](xs, repack_mxfp4(packed).cuda(), scs, out, 256, K=k,
                                            **TRITON)
     err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
@@ -283,10 +303,11 @@ def run_gpu() -> None:
     sc = torch.randint(118, 131, (n, k // 32), dtype=torch.uint8, device="cuda")
     out = torch.empty(16, n, device="cuda")
     nbytes = words.numel() * 4 + sc.numel()
-    runs = {"gluon": lambda: _mxfp4_gemm[(n // 64,)](xs, words, sc, out, n, K=k, num_warps=4),
-            "triton": lambda: _triton_stream[(n // TRITON["BN"],)](xs, words, sc, out, n, K=k,
-                                                                   **TRITON)}
-    for name in ("gluon", "triton", "gluon", "triton"):  # alternated: one GPU, one process
+    runs = {f"gluon {rows}x{bk}": (lambda rows=rows, bk=bk: _mxfp4_gemm[(n // rows,)](
+        xs, words, sc, out, n, K=k, ROWS=rows, BK=bk, num_warps=4)) for rows, bk in GLUON}
+    runs["triton"] = lambda: _triton_stream[(n // TRITON["BN"],)](xs, words, sc, out, n, K=k,
+                                                                 **TRITON)
+    for name in list(runs) * 2:  # alternated: one GPU, one process
         us = graph_time_us(runs[name], calls=20)
         print(f"{name} stream: {n} x {k} MXFP4, 16 rows: {us:.2f} us, "
               f"{nbytes / us / 1e6:.2f} TB/s", flush=True)
@@ -299,7 +320,9 @@ if __name__ == "__main__":
            {"K": 1024, "N": 64})
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "o_ptr": "*fp32", "N": "i32",
            "K": "constexpr"}
-    report("mxfp4 (Gluon)", _mxfp4_gemm, sig, {"K": 5120})
+    for rows, bk in GLUON:
+        report(f"mxfp4 (Gluon, {rows} rows, {bk}-deep)", _mxfp4_gemm,
+               dict(sig, ROWS="constexpr", BK="constexpr"), {"K": 5120, "ROWS": rows, "BK": bk})
     report("mxfp4 (Triton, _mx4_dot)", _triton_stream,
            dict(sig, BN="constexpr", BK="constexpr"),
            {"K": 5120, "BN": TRITON["BN"], "BK": TRITON["BK"]}, gluon_fn=False,
