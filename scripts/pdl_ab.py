@@ -8,6 +8,11 @@ topk: ``_triton.launch(..., pdl=)`` (every kernel of the call a dependent launch
 cells; blocks: ``_radix.launch(..., pdl=)``; sparse: the default config with and without
 ``pdl_entry`` (the attention kernel a dependent launch; the merge keeps the default's rule).
 Prints one line a cell: on / off / on / off and the mean difference. No CSV.
+
+The rules that session 10 took from its run 1 apply on both sides now, so a rerun is not run
+1: plain mode runs its four launches (run 1 had the fused threshold where it applied), block
+mode above ``_radix.PDL_ROWS`` rows is plain either way (its 12-row cells time the same
+launches twice), and ``pdl_entry`` is the flag the sparse cells toggle whatever their layout.
 """
 
 import dataclasses
