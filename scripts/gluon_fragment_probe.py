@@ -207,6 +207,123 @@ def _mxfp4_gemm(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr, ROWS: gl.constex
     gl.store(o_ptr + orr[None, :] * N + om[:, None], acc * 9.223372036854775808e18)  # 2**63
 
 
+def vector_repack(words: torch.Tensor, bk: int) -> torch.Tensor:
+    """``fragment_repack`` words -> the memory order of ``_mxfp4_vec`` at ``bk``-deep steps:
+    inside a step, word bits k+32 (and k+64) lowest, then k+2, k+4, so that each thread's
+    words of a row are adjacent (one 8- or 16-byte load)."""
+    n, nw = words.shape
+    if bk == 64:  # old (j2, j1, j0) -> new (j1, j0, j2)
+        return words.reshape(n, nw // 8, 2, 2, 2).permute(0, 1, 3, 4, 2).reshape(n, nw)
+    # old (j3, j2, j1, j0), j3 = which 64-input half -> new (j1, j0, j3, j2)
+    return words.reshape(n, nw // 16, 2, 2, 2, 2).permute(0, 1, 4, 5, 2, 3).reshape(n, nw)
+
+
+def x_fragments(x: torch.Tensor, bk: int) -> torch.Tensor:
+    """bf16 ``[16, K]`` -> each ``bk``-deep step's B fragments in lane order: ``[K/bk, 32,
+    bk/2]``, lane bits k+2, k+4, n+1, n+2, n+4 and register bits k+1, k+8, k+16, k+32
+    (k+64), n+8 (``mma_v2``'s B layout, printed by ``gl.to_linear_layout``)."""
+    k = x.shape[1]
+    if bk == 64:  # dims n8 n4 n2 n1 S k32 k16 k8 k4 k2 k1
+        v = x.reshape(2, 2, 2, 2, k // 64, 2, 2, 2, 2, 2, 2).permute(4, 1, 2, 3, 8, 9, 0, 5, 6, 7, 10)
+    else:  # dims n8 n4 n2 n1 S k64 k32 k16 k8 k4 k2 k1
+        v = x.reshape(2, 2, 2, 2, k // 128, 2, 2, 2, 2, 2, 2, 2).permute(
+            4, 1, 2, 3, 9, 10, 0, 5, 6, 7, 8, 11)
+    return v.contiguous().reshape(k // bk, 32, bk // 2)
+
+
+@gluon.constexpr_function
+def _vec_word_layout(rows, bk):
+    """``_word_layout`` in ``vector_repack``'s order: the k+32 (k+64) word bits first."""
+    wb = [[0, 1]] + ([[0, 2]] if bk == 128 else [])
+    lane = [[0, 2 * len(wb)], [0, 4 * len(wb)], [1, 0], [2, 0], [4, 0]]
+    regs = wb + [[8, 0]] + ([[64, 0]] if rows == 128 else [])
+    return gl.DistributedLinearLayout(reg_bases=regs, lane_bases=lane,
+                                      warp_bases=[[16, 0], [32, 0]], block_bases=[],
+                                      shape=[rows, bk // 8])
+
+
+@gluon.constexpr_function
+def _x_frag_layout(bk):
+    """One step's ``x_fragments`` ``[32, bk/2]``: a lane's values contiguous, every warp the
+    same (the B operand is replicated over the warps, which split M)."""
+    regs = [[0, 1 << i] for i in range((bk // 2).bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg_bases=regs,
+                                      lane_bases=[[1, 0], [2, 0], [4, 0], [8, 0], [16, 0]],
+                                      warp_bases=[[0, 0], [0, 0]], block_bases=[],
+                                      shape=[32, bk // 2])
+
+
+@gluon.jit
+def _mxfp4_vec(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr, ROWS: gl.constexpr,
+               BK: gl.constexpr, DEPTH: gl.constexpr):
+    """``_mxfp4_gemm`` with vector loads: the weight words in ``vector_repack``'s order (a
+    thread's words of a row in one 8- / 16-byte load, its two scale bytes in one) and x as
+    ``x_fragments`` (``[K/BK, 32, BK/2]`` bf16: 64-128 contiguous bytes a lane a step,
+    16-byte loads, instead of 16-32 scattered 4-byte loads), x one step ahead and the
+    weights ``DEPTH`` (1 or 2) steps ahead."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, 8])
+    a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    w_l: gl.constexpr = _vec_word_layout(ROWS, BK)
+    x_l: gl.constexpr = _x_frag_layout(BK)
+    WPS: gl.constexpr = BK // 8
+    n0 = gl.program_id(0) * ROWS
+    offs_m = n0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, w_l))
+    offs_p = gl.arange(0, WPS, layout=gl.SliceLayout(0, w_l))
+    acc = gl.zeros([ROWS, 16], gl.float32, layout=mma)
+    w_rows = w_ptr + offs_m.to(gl.int64)[:, None] * (K // 8) + offs_p[None, :]
+    s_rows = s_ptr + offs_m.to(gl.int64)[:, None] * (K // 32) + (offs_p % (BK // 32))[None, :]
+    x_offs = (gl.arange(0, 32, layout=gl.SliceLayout(1, x_l))[:, None] * (BK // 2)
+              + gl.arange(0, BK // 2, layout=gl.SliceLayout(0, x_l))[None, :])
+    q = gl.load(w_rows)
+    s = gl.load(s_rows)
+    xr = gl.load(x_ptr + x_offs)  # [32 lanes, BK/2]
+    if DEPTH == 2:
+        q1 = gl.load(w_rows + BK // 8)
+        s1 = gl.load(s_rows + BK // 32)
+    for kk in range(0, K, BK):
+        ahead = kk + DEPTH * BK
+        nxt = gl.full([ROWS, WPS], ahead < K, gl.int1, w_l)
+        q_next = gl.load(w_rows + ahead // 8, mask=nxt, other=0)
+        s_next = gl.load(s_rows + ahead // 32, mask=nxt, other=127)
+        x_next = gl.load(x_ptr + ((kk + BK) % K // BK) * (16 * BK) + x_offs)
+        sc = ((s.to(gl.int32) + 63) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+        l0, h0 = _bf16_halves(q & -2118090304, sc)  # 0x81C081C0
+        l1, h1 = _bf16_halves((q << 3) & -2118090304, sc)
+        l2, h2 = _bf16_halves((q << 6) & -2118090304, sc)
+        l3, h3 = _bf16_halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100)
+                              | ((q << 1) & -2147450880), sc)  # 0x80008000
+        v = gl.join(gl.join(gl.join(l0, h0), gl.join(l2, h2)),
+                    gl.join(gl.join(l1, h1), gl.join(l3, h3)))  # [ROWS, WPS, k1, k8, k16]
+        if BK == 64:  # m, word bits (k+4, k+2, k+32), k+1, k+8, k+16
+            v = v.reshape([ROWS, 2, 2, 2, 2, 2, 2])
+            a = v.permute(0, 3, 6, 5, 1, 2, 4).reshape([ROWS, BK])
+        else:  # m, word bits (k+4, k+2, k+64, k+32), k+1, k+8, k+16
+            v = v.reshape([ROWS, 2, 2, 2, 2, 2, 2, 2])
+            a = v.permute(0, 3, 4, 7, 6, 1, 2, 5).reshape([ROWS, BK])
+        if BK == 64:  # lanes n4 n2 n1 k4 k2, registers n8 k32 k16 k8 k1
+            xt = xr.reshape([2, 2, 2, 2, 2, 2, 2, 2, 2, 2])
+            xt = xt.permute(6, 7, 8, 3, 4, 9, 5, 0, 1, 2).reshape([BK, 16])
+        else:  # registers n8 k64 k32 k16 k8 k1
+            xt = xr.reshape([2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2])
+            xt = xt.permute(6, 7, 8, 9, 3, 4, 10, 5, 0, 1, 2).reshape([BK, 16])
+        acc = mma_v2(gl.convert_layout(a, a_l, assert_trivial=True),
+                     gl.convert_layout(xt, b_l, assert_trivial=True), acc)
+        xr = x_next
+        if DEPTH == 2:
+            q = q1
+            s = s1
+            q1 = q_next
+            s1 = s_next
+        else:
+            q = q_next
+            s = s_next
+    om = n0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma))
+    orr = gl.arange(0, 16, layout=gl.SliceLayout(0, mma))
+    gl.store(o_ptr + orr[None, :] * N + om[:, None], acc * 9.223372036854775808e18)  # 2**63
+
+
 @triton.jit
 def _triton_stream(x_ptr, w_ptr, s_ptr, o_ptr, N, K: tl.constexpr, BN: tl.constexpr,
                    BK: tl.constexpr):
@@ -294,6 +411,16 @@ def run_gpu() -> None:
         err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
         print(f"Gluon {rows} rows {bk}-deep against torch (6 rows of 16, 256 x {k}): max "
               f"relative error {err:.2e}", flush=True)
+    for rows, bk in GLUON:
+        for depth in (1, 2):
+            out.fill_(float("nan"))
+            _mxfp4_vec[(256 // rows,)](x_fragments(x, bk).cuda(),
+                                       vector_repack(fragment_repack(packed), bk).cuda(), scs,
+                                       out, 256, K=k, ROWS=rows, BK=bk, DEPTH=depth,
+                                       num_warps=4)
+            err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
+            print(f"Gluon vector loads {rows} rows {bk}-deep {depth} ahead against torch: max "
+                  f"relative error {err:.2e}", flush=True)
     _triton_stream[(256 // TRITON["BN"],)](xs, repack_mxfp4(packed).cuda(), scs, out, 256, K=k,
                                            **TRITON)
     err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
@@ -305,6 +432,13 @@ def run_gpu() -> None:
     nbytes = words.numel() * 4 + sc.numel()
     runs = {f"gluon {rows}x{bk}": (lambda rows=rows, bk=bk: _mxfp4_gemm[(n // rows,)](
         xs, words, sc, out, n, K=k, ROWS=rows, BK=bk, num_warps=4)) for rows, bk in GLUON}
+    xf = {bk: x_fragments(x, bk).cuda() for bk in (64, 128)}
+    for rows, bk in GLUON:
+        for depth in (1, 2):
+            runs[f"vec {rows}x{bk} d{depth}"] = (
+                lambda rows=rows, bk=bk, depth=depth: _mxfp4_vec[(n // rows,)](
+                    xf[bk], words, sc, out, n, K=k, ROWS=rows, BK=bk, DEPTH=depth,
+                    num_warps=4))
     runs["triton"] = lambda: _triton_stream[(n // TRITON["BN"],)](xs, words, sc, out, n, K=k,
                                                                  **TRITON)
     for name in list(runs) * 2:  # alternated: one GPU, one process
@@ -323,6 +457,10 @@ if __name__ == "__main__":
     for rows, bk in GLUON:
         report(f"mxfp4 (Gluon, {rows} rows, {bk}-deep)", _mxfp4_gemm,
                dict(sig, ROWS="constexpr", BK="constexpr"), {"K": 5120, "ROWS": rows, "BK": bk})
+        for depth in (1, 2):
+            report(f"mxfp4 vector loads (Gluon, {rows} rows, {bk}-deep, {depth} ahead)",
+                   _mxfp4_vec, dict(sig, ROWS="constexpr", BK="constexpr", DEPTH="constexpr"),
+                   {"K": 5120, "ROWS": rows, "BK": bk, "DEPTH": depth})
     report("mxfp4 (Triton, _mx4_dot)", _triton_stream,
            dict(sig, BN="constexpr", BK="constexpr"),
            {"K": 5120, "BN": TRITON["BN"], "BK": TRITON["BK"]}, gluon_fn=False,

@@ -154,8 +154,10 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     so more, shorter splits may pay); where the default is the one-step 64-key layout,
     one-step 32-key splits at 8 and 4 warps (20 splits at 512 selected, twice the CTAs; also
     with the merge as a dependent launch: the two gains of 1 x 6 x 16 in session 4), else
-    ``block_n64`` split by the rule; ``block_h32`` (two 32-head blocks at 64 heads) where
-    there are >= 32 heads."""
+    ``block_n64`` split by the rule; where the default is the 4-warp layout, that layout capped
+    at 168 or 128 registers (3 or 4 CTAs a SM, the splits sized for them; session 11:
+    ptxas spills 132 B at 16 keys and 168 registers); ``block_h32`` (two 32-head blocks at
+    64 heads) where there are >= 32 heads."""
     ours = pick_config(rows, heads, D, WINDOW, SELECTED)
     out = {"ours": ours, "ours_pdl": dataclasses.replace(ours, pdl=True),
            "ours_fused": dataclasses.replace(ours, fused_merge=True),
@@ -174,6 +176,10 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
             out[f"n32_w{warps}_steps1_pdl"] = dataclasses.replace(c, pdl=True)
     else:
         out["block_n64"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_n=64)
+    if ours.num_warps == 4:  # the multi-wave layout: more CTAs a SM under a register cap
+        for bn, cap in ((32, 168), (16, 168), (16, 128)):
+            out[f"n{bn}_maxnreg{cap}"] = SparseAttnConfig.pick(
+                rows, heads, D, WINDOW, SELECTED, block_n=bn, num_warps=4, maxnreg=cap)
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     return out
