@@ -224,7 +224,8 @@ def x_fragments(x: torch.Tensor, bk: int) -> torch.Tensor:
     (k+64), n+8 (``mma_v2``'s B layout, printed by ``gl.to_linear_layout``)."""
     k = x.shape[1]
     if bk == 64:  # dims n8 n4 n2 n1 S k32 k16 k8 k4 k2 k1
-        v = x.reshape(2, 2, 2, 2, k // 64, 2, 2, 2, 2, 2, 2).permute(4, 1, 2, 3, 8, 9, 0, 5, 6, 7, 10)
+        v = x.reshape(2, 2, 2, 2, k // 64, 2, 2, 2, 2, 2, 2).permute(
+            4, 1, 2, 3, 8, 9, 0, 5, 6, 7, 10)
     else:  # dims n8 n4 n2 n1 S k64 k32 k16 k8 k4 k2 k1
         v = x.reshape(2, 2, 2, 2, k // 128, 2, 2, 2, 2, 2, 2, 2).permute(
             4, 1, 2, 3, 9, 10, 0, 5, 6, 7, 8, 11)

@@ -30,6 +30,7 @@ from dsv4_decode.ops.sparse_attn import (
     rope_tables,
     sparse_attn,
     sparse_attn_ref,
+    wgmma_config,
 )
 
 D, ROPE, WINDOW, SELECTED, PAGE = 512, 64, 128, 512, 64
@@ -157,7 +158,7 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     ``block_n64`` split by the rule; where the default is the 4-warp layout, that layout capped
     at 168 or 128 registers (3 or 4 CTAs a SM, the splits sized for them; session 11:
     ptxas spills 132 B at 16 keys and 168 registers); ``block_h32`` (two 32-head blocks at
-    64 heads) where there are >= 32 heads."""
+    64 heads) where there are >= 32 heads; on Hopper the wgmma kernel (``wgmma_config``)."""
     ours = pick_config(rows, heads, D, WINDOW, SELECTED)
     out = {"ours": ours, "ours_pdl": dataclasses.replace(ours, pdl=True),
            "ours_fused": dataclasses.replace(ours, fused_merge=True),
@@ -180,6 +181,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
         for bn, cap in ((32, 168), (16, 168), (16, 128)):
             out[f"n{bn}_maxnreg{cap}"] = SparseAttnConfig.pick(
                 rows, heads, D, WINDOW, SELECTED, block_n=bn, num_warps=4, maxnreg=cap)
+    if torch.cuda.get_device_capability() == (9, 0):  # Hopper: the wgmma kernel (session 11)
+        out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     return out

@@ -19,8 +19,8 @@ import tempfile
 def spill_stores(fn, const: dict, num_warps: int, ptr_types: dict[str, str], *,
                  default_ptr: str | None = None, scalar_types: dict[str, str] | None = None,
                  num_stages: int = 1, maxnreg: int = 0, divisible: tuple[str, ...] = ()) -> int:
-    """Bytes of register spill stores of ``fn`` (a ``@triton.jit`` function) compiled for
-    sm_90a with the constexprs ``const``.
+    """Bytes of register spill stores of ``fn`` (a ``@triton.jit`` or ``@gluon.jit``
+    function) compiled for sm_90a with the constexprs ``const``.
 
     Argument types: names in ``ptr_types`` take that pointer type (16-byte aligned), other
     ``*_ptr`` names ``default_ptr`` when given, names in ``const`` are constexprs, names in
@@ -30,6 +30,7 @@ def spill_stores(fn, const: dict, num_warps: int, ptr_types: dict[str, str], *,
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
     scalar_types = scalar_types or {}
 
@@ -48,7 +49,8 @@ def spill_stores(fn, const: dict, num_warps: int, ptr_types: dict[str, str], *,
     opts = {"num_warps": num_warps, "num_stages": num_stages}
     if maxnreg:
         opts["maxnreg"] = maxnreg
-    kernel = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
+    source = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
+    kernel = triton.compile(source(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
                             options=opts)
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
     with tempfile.TemporaryDirectory() as d:

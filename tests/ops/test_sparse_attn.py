@@ -24,6 +24,7 @@ from dsv4_decode.ops.sparse_attn import (
     rope_tables,
     sparse_attn,
     sparse_attn_ref,
+    wgmma_config,
 )
 
 
@@ -294,6 +295,9 @@ def _bad(inp, **over):
     ("dim_split", lambda i: dict(config=SparseAttnConfig.with_steps(16, 16, 1, 8, 4, num_warps=2,
                                                                     dim_split=2)),
      "config: dim_split 2 needs"),
+    ("wgmma head dim", lambda i: dict(config=dataclasses.replace(
+        SparseAttnConfig.with_steps(16, 16, 1, 4, 4, num_warps=4), wgmma=True)),
+     "config: wgmma: needs head dim 512"),
 ])
 def test_bad_arguments(name, make, match, device):
     inp = Inputs(Case(1, 1, 4, 4), device)
@@ -335,6 +339,34 @@ def test_gpu_layouts(case, layout):
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
     check(inp, config=SparseAttnConfig.pick(t, h, 512, 128, case.n_sel, **LAYOUTS[layout]))
+
+
+def test_wgmma_needs_hopper(device):
+    """The wgmma config is refused, with a clear error, off a Hopper GPU (the CPU here)."""
+    if device.type == "cuda":
+        pytest.skip("a CPU check")
+    inp = Inputs(Case(1, 6, 16, 512, **PROD), device)
+    with pytest.raises(ValueError, match="wgmma needs a Hopper GPU"):
+        check(inp, config=wgmma_config(6, 16, 128, 512))
+
+
+WGMMA_CASES = [
+    Case(1, 6, 16, 512, **PROD), Case(8, 6, 16, 512, **PROD), Case(32, 6, 16, 512, **PROD),
+    Case(32, 1, 16, 512, **PROD), Case(2, 6, 64, 200, sinks=False, **PROD),
+    Case(4, 6, 32, 0, **PROD), Case(8, 6, 8, 512, **PROD),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", WGMMA_CASES, ids=lambda c: c.id)
+def test_gpu_wgmma(case):
+    """The Hopper wgmma kernel (``config.wgmma``) against the twin: window and index-list
+    splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma: Hopper only")
+    inp = Inputs(case, torch.device("cuda"))
+    t, h, _ = inp.q.shape
+    check(inp, config=wgmma_config(t, h, 128, case.n_sel))
 
 
 @pytest.mark.gpu
@@ -521,6 +553,13 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
                  N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
     out[f"merge-{n_split}-h{block_h}-pdl{pdl}-{acc[1:]}"] = build(K._merge_kernel, const, 4,
                                                                   ws_acc_ptr=acc)
+# the Hopper wgmma kernel (Gluon) at the 8-warp config, with and without an index list
+from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
+for rows, n_sel in ((48, 512), (192, 512), (48, 0)):
+    cfg = wgmma_config(rows, 16, 128, n_sel)
+    const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
+                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0)
+    out[f"wgmma-{rows}-K{n_sel}"] = build(G._wgmma_attn_kernel, const, cfg.num_warps)
 print(json.dumps(out))
 '''
 
@@ -541,4 +580,4 @@ def test_compiles_for_sm90_without_spills():
     assert spills.pop("default-6x64-K512") <= 24
     assert spills.pop("partials_bf16-192x16") <= 100
     assert spills.pop("block_h32") <= 20  # a sweep layout, 255 registers (0 before session 5)
-    assert spills == {k: 0 for k in spills}, spills
+    assert spills == {k: 0 for k in spills}, spills  # the wgmma kernel's included

@@ -634,6 +634,38 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     sink = sinks if sinks is not None else cos
     ws_acc, ws_m, ws_l, cnt = ws if ws is not None else (out, cos, cos, row_slots)
     grid = (cfg.n_split, n_hb, t)
+    if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
+        from . import _gluon
+
+        _gluon._wgmma_attn_kernel[grid](
+            q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
+            n_heads, window_cache.shape[0], window_cache.shape[1],
+            block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,
+            block_table.shape[1] if has_sel else 0, k_sel, softmax_scale * LOG2E,
+            WINDOW=window, D=d, PAGE=compressed.shape[1] if has_sel else 1,
+            W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
+            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, num_warps=cfg.num_warps)
+    else:
+        _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt,
+                             idx, out, ws_acc, ws_m, ws_l, cnt, has_sel, sinks is not None,
+                             k_sel, grid, cfg, window, softmax_scale, block_table, compressed)
+    if cfg.n_split > 1 and not cfg.fused_merge:
+        pdl = cfg.pdl and pdl_capable(q.device) and not cfg.wgmma
+        dm = merge_dims(d, cfg.n_split, cfg.block_h)
+        _merge_kernel[(n_hb, t, d // dm)](
+            ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
+            D=d, DM=dm, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
+            NS=triton.next_power_of_2(cfg.n_split),
+            HAS_SINK=sinks is not None, PDL=pdl, num_warps=4,
+            **({"launch_pdl": True} if pdl else {}),
+        )
+
+
+def _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
+                         out, ws_acc, ws_m, ws_l, cnt, has_sel, has_sink, k_sel, grid, cfg,
+                         window, softmax_scale, block_table, compressed):
+    """``_sparse_attn_kernel`` on the grid (the Triton path of ``launch``)."""
+    n_heads, d = q.shape[1], q.shape[2]
     # programmatic dependent launch only where there is a merge kernel and a GPU (sm_90+) to
     # run it
     pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
@@ -649,17 +681,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
         PAGE=compressed.shape[1] if has_sel else 1, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split,
         HAS_SEL=has_sel,
-        HAS_SINK=sinks is not None, FUSED_MERGE=cfg.fused_merge, DIM_SPLIT=cfg.dim_split,
+        HAS_SINK=has_sink, FUSED_MERGE=cfg.fused_merge, DIM_SPLIT=cfg.dim_split,
         PDL=pdl, NS=triton.next_power_of_2(cfg.n_split), FUSED_DM=min(d, FUSED_MERGE_DIMS),
         WAIT=wait, num_warps=cfg.num_warps, **({"launch_pdl": True} if wait else {}),
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )
-    if cfg.n_split > 1 and not cfg.fused_merge:
-        dm = merge_dims(d, cfg.n_split, cfg.block_h)
-        _merge_kernel[(n_hb, t, d // dm)](
-            ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
-            D=d, DM=dm, R2=cos.shape[1], BLOCK_H=cfg.block_h, N_SPLIT=cfg.n_split,
-            NS=triton.next_power_of_2(cfg.n_split),
-            HAS_SINK=sinks is not None, PDL=pdl, num_warps=4,
-            **({"launch_pdl": True} if pdl else {}),
-        )

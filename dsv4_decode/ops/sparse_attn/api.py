@@ -179,6 +179,11 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
           f"{n_sel} index columns: {cfg}")
     _need(cfg.fits_head_dim(d), f"config: dim_split {cfg.dim_split} needs a power of two "
           f"leaving chunks of >= 32 of the {d} dims")
+    problem = cfg.wgmma_problem(d)
+    _need(problem is None, f"config: {problem}")
+    _need(not cfg.wgmma or (device.type == "cuda"
+                            and torch.cuda.get_device_capability(device) == (9, 0)),
+          "config: wgmma needs a Hopper GPU (sm_90)")
     if cfg.n_split > 1 and workspace is None:
         workspace = make_workspace(t, h, d, window, n_sel, device, cfg)
     if out is None:

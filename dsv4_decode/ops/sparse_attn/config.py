@@ -9,7 +9,7 @@ step ``block_n`` keys. The splits of one (row, head block) are merged by a secon
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_SPLITS = 8  # beyond this the merge (n_split partial [heads, D] reads) costs more than it saves
 # Registers decide how many CTAs share an SM: ptxas (sm_90a) gives every layout here 180-255
@@ -61,6 +61,10 @@ class SparseAttnConfig:
     # written by the splits and read by the merge (31 of ~35 MB at 32 x 6 rows x 16 heads);
     # each partial rounded once to bf16 (relative 2^-9, as the bf16 P of the P K product)
     partials_bf16: bool = False
+    # Hopper only (sm_90): the splits run ``_gluon._wgmma_attn_kernel`` (both products on
+    # warpgroup MMAs, keys in M); needs block_h 16, block_n 64, D 512, several splits, fp32
+    # partials and the merge kernel (``wgmma_config`` builds one)
+    wgmma: bool = False
 
     @property
     def n_split(self) -> int:
@@ -110,11 +114,35 @@ class SparseAttnConfig:
         return (self.block_h >= 16 and self.block_n >= 16 and self.w_steps > 0
                 and self.n_wsplit == -(-w_units // self.w_steps) and ok_c)
 
+    def wgmma_problem(self, head_dim: int) -> str | None:
+        """Why this ``wgmma`` config cannot run at ``head_dim`` (None: it can, or not wgmma)."""
+        if not self.wgmma:
+            return None
+        if head_dim != 512:
+            return f"wgmma: needs head dim 512, got {head_dim}"
+        if (self.block_h, self.block_n, self.dim_split) != (16, 64, 1):
+            return "wgmma: needs block_h 16, block_n 64 and no dim split"
+        if self.n_split < 2 or self.fused_merge or self.partials_bf16:
+            return "wgmma: needs several splits, the merge kernel and fp32 partials"
+        return None
+
     def fits_head_dim(self, head_dim: int) -> bool:
         """Whether ``dim_split`` works at ``head_dim``: 1, or a power of two >= 2 leaving chunks
         of >= 32 dims (one ue8m0 block of the window records, >= 16 for the MMA's K)."""
         ds = self.dim_split
         return ds == 1 or (ds >= 2 and ds & (ds - 1) == 0 and head_dim // ds >= 32)
+
+
+def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
+                 sm_count: int = 132) -> SparseAttnConfig:
+    """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, 8 warps (one CTA a SM:
+    ptxas gives it 188 registers), split by the ``_steps`` rule; never fewer than two splits
+    (there is no in-place finalisation on that path)."""
+    cfg = SparseAttnConfig.pick(rows, heads, 512, window, n_sel, sm_count, block_n=64,
+                                num_warps=8)
+    if cfg.n_split < 2:
+        cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
+    return replace(cfg, wgmma=True)
 
 
 def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
