@@ -3,7 +3,8 @@
     ncu --clock-control none -k regex:_moe_up --launch-skip 4 --launch-count 1 \
         --section WarpStateStats ... python3 scripts/ncu_cases.py moe 48
 
-Cases: ``sparse_attn REQUESTSxQ_LENxHEADS`` (512 selected + full window, as the benchmark) and
+Cases: ``sparse_attn REQUESTSxQ_LENxHEADS[:wgmma]`` (512 selected + full window, as the
+benchmark; ``:wgmma`` the Hopper wgmma kernel's config) and
 ``moe ROWS`` (TP=4 rank shapes, 384 experts, top-6, the benchmark's layer). The inputs are the
 benchmarks' own (``bench.sparse_attn.Inputs``, ``bench.moe.Layer``); each call uses the next
 input set, so a profiled launch sees the same data a graph replay would. Pick the launch with
@@ -20,9 +21,14 @@ def sparse_attn_case(spec: str, calls: int) -> None:
     from dsv4_decode.bench import sparse_attn as B
     from dsv4_decode.ops.sparse_attn import make_workspace, pick_config, sparse_attn
 
+    spec, _, variant = spec.partition(":")
     requests, q_len, heads = (int(v) for v in spec.split("x"))
     inp = B.Inputs(requests, q_len, heads, B.SELECTED, 4)
     cfg = pick_config(inp.rows, heads, B.D, B.WINDOW, B.SELECTED)
+    if variant == "wgmma":  # the Hopper wgmma kernel's config
+        from dsv4_decode.ops.sparse_attn import wgmma_config
+
+        cfg = wgmma_config(inp.rows, heads, B.WINDOW, B.SELECTED)
     print(cfg, flush=True)
     ws = make_workspace(inp.rows, heads, B.D, B.WINDOW, B.SELECTED, "cuda", cfg)
     for i in range(calls):

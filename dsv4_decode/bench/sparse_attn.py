@@ -32,6 +32,8 @@ from dsv4_decode.ops.sparse_attn import (
     sparse_attn_ref,
     wgmma_config,
 )
+from dsv4_decode.ops.sparse_attn.config import pick_default
+from dsv4_decode.utils.device import is_hopper, sm_count
 
 D, ROPE, WINDOW, SELECTED, PAGE = 512, 64, 128, 512, 64
 ENTRIES = 4096  # compressed entries per request (indices are drawn among them)
@@ -114,6 +116,9 @@ def bench_case(requests: int, q_len: int, heads: int, compiled, layouts: bool = 
     rows = []
     cfg = pick_config(inp.rows, heads, D, WINDOW, SELECTED)
     impls = [("ours", cfg)]
+    if cfg.wgmma:  # the Triton kernels' default beside it (same run): what wgmma replaced
+        impls.append(("ours_triton", pick_default(inp.rows, heads, D, WINDOW, SELECTED,
+                                                  sm_count(torch.device("cuda")))))
     if layouts:  # every other named layout as its own implementation, split by the rule
         for name, lay in LAYOUTS.items():
             c = SparseAttnConfig.pick(inp.rows, heads, D, WINDOW, SELECTED, **lay)
@@ -181,8 +186,14 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
         for bn, cap in ((32, 168), (16, 168), (16, 128)):
             out[f"n{bn}_maxnreg{cap}"] = SparseAttnConfig.pick(
                 rows, heads, D, WINDOW, SELECTED, block_n=bn, num_warps=4, maxnreg=cap)
-    if torch.cuda.get_device_capability() == (9, 0):  # Hopper: the wgmma kernel (session 11)
-        out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
+    if is_hopper(torch.device("cuda")):  # Hopper: the wgmma kernel (session 11)
+        wg = out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
+        for st in sorted({max(wg.w_steps, wg.c_steps) * 2, max(wg.w_steps, wg.c_steps) // 2}
+                         - {0}):
+            c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,
+                                            wgmma=True)
+            if c.n_split > 1:
+                out[f"wgmma_steps{st}"] = c
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     return out

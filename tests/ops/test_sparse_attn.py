@@ -26,6 +26,7 @@ from dsv4_decode.ops.sparse_attn import (
     sparse_attn_ref,
     wgmma_config,
 )
+from dsv4_decode.utils.device import is_hopper
 
 
 @dataclass
@@ -362,7 +363,7 @@ WGMMA_CASES = [
 def test_gpu_wgmma(case):
     """The Hopper wgmma kernel (``config.wgmma``) against the twin: window and index-list
     splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads."""
-    if torch.cuda.get_device_capability() != (9, 0):
+    if not is_hopper(torch.device("cuda")):
         pytest.skip("wgmma: Hopper only")
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
@@ -406,19 +407,26 @@ def test_gpu_merge_repeatable(fused):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl", "one_step", "one_step_pdl"])
+@pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl", "one_step", "one_step_pdl",
+                                   "wgmma"])
 def test_gpu_graph_replay_new_indices_and_positions(merge):
     """Replays of one captured call with new indices, positions and q (the merge kernel also
     as a programmatic dependent launch: a PDL edge inside the graph). ``one_step``: the
     default at 1 request (one-step 64-key splits without prefetch code, 10 partials merged),
+    ``wgmma``: the Hopper kernel at 16 requests (its multi-step copies and index chain),
     otherwise 4 requests split by the 8-warp rule (multi-step loops)."""
     dev = torch.device("cuda")
-    requests = 1 if merge.startswith("one_step") else 4
+    if merge == "wgmma" and not is_hopper(dev):
+        pytest.skip("wgmma: Hopper only")
+    requests = {"one_step": 1, "one_step_pdl": 1, "wgmma": 16}.get(merge, 4)
     inp = Inputs(Case(requests, 6, 16, 512, **PROD), dev)
     t = inp.q.shape[0]
     if requests == 1:
         cfg = pick_config(t, 16, 512, 128, 512)
         assert cfg.c_steps == cfg.w_steps == 1 and cfg.n_split > 1, cfg
+    elif merge == "wgmma":
+        cfg = wgmma_config(t, 16, 128, 512)
+        assert cfg.c_steps > 2, cfg  # the copies and the index chain run ahead in a loop
     else:
         cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=merge == "fused")
     cfg = dataclasses.replace(cfg, pdl=merge.endswith("_pdl"))
@@ -479,9 +487,14 @@ def test_gpu_pdl_inputs_written_in_graph(requests):
 
 
 @pytest.mark.gpu
-def test_gpu_records_are_exact_bf16():
-    """The dequantised tiles are exact: with one key per row the output is that key (bf16)."""
+@pytest.mark.parametrize("kernel", ["default", "wgmma"])
+@pytest.mark.parametrize("magnitude", [3.0, 1e-3])
+def test_gpu_records_are_exact_bf16(kernel, magnitude):
+    """The dequantised tiles are exact: with one key per row the output is that key (bf16).
+    ``wgmma``: the Hopper kernel's bf16x2 decode; ``1e-3``: e4m3 scales down to subnormal."""
     dev = torch.device("cuda")
+    if kernel == "wgmma" and not is_hopper(dev):
+        pytest.skip("wgmma: Hopper only")
     inp = Inputs(Case(2, 1, 16, 512, sinks=False, **PROD), dev)
     inp.positions.fill_(-1)  # no window keys
     inp.indices.fill_(-1)
@@ -490,9 +503,10 @@ def test_gpu_records_are_exact_bf16():
     inp.sin = torch.zeros_like(inp.sin)
     entry = torch.tensor([3], dtype=torch.int32, device=dev)
     for t in range(inp.row_slots.shape[0]):  # entry 3 may be unwritten (NaN poison): write it
-        latent = (torch.randn(1, 512, device=dev) * 3).to(torch.bfloat16)
+        latent = (torch.randn(1, 512, device=dev) * magnitude).to(torch.bfloat16)
         C.write_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry, latent)
-    out = sparse_attn(*inp.args(), **inp.kwargs())
+    cfg = wgmma_config(2, 16, 128, 512) if kernel == "wgmma" else None
+    out = sparse_attn(*inp.args(), **inp.kwargs(), config=cfg)
     for t in range(out.shape[0]):
         rec = C.read_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry)
         key = formats.decode_compressed_record(rec.cpu()).to(torch.bfloat16)

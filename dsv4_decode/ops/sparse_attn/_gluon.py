@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 BLOCK_N = 64  # keys a step: wgmma's M for one warpgroup
@@ -57,9 +58,8 @@ def _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s: gl.constexpr,
             mma_o: gl.constexpr):
     """One step's products and online softmax on the tile in ``k_s`` (valid: [64] keys).
     S^T is computed by the two warpgroups as two 8-head halves (``mma_s``), acc^T as two
-    256-dim halves (``mma_o``)."""
-    fence_async_shared()  # the tile's generic-proxy stores, before the async-proxy reads
-    gl.thread_barrier()
+    256-dim halves (``mma_o``). The caller has fenced the tile's stores (generic proxy) for
+    the wgmmas' reads (async proxy) and passed a CTA barrier since."""
     s = warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([64, 16], gl.float32, mma_s),
                       use_acc=False)
     vm = gl.convert_layout(valid, gl.SliceLayout(1, mma_s))
@@ -77,19 +77,39 @@ def _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s: gl.constexpr,
     return m_new, l_i, acc
 
 
+# ----------------------------------------------------------------------------- staging
+# The records of step i + 2 are copied (cp.async, zero-filled where masked) into one of two
+# staging stages while step i computes: no registers held for them, two steps of latency
+# hidden. Plain row-major staging; the dequantising reads are 16 / 8 contiguous bytes a thread.
+@gluon.constexpr_function
+def _copy_layout(vec, rows_a_warp, warps):
+    """Copies of ``[64, cols]`` bytes, ``vec`` contiguous bytes a thread."""
+    return gl.BlockedLayout([1, vec], [rows_a_warp, 32 // rows_a_warp], [warps, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _staging(cols):
+    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+
+
+@gluon.jit
+def _issue(dst_s, ptrs, mask):
+    async_copy.async_copy_global_to_shared(dst_s, ptrs, mask=mask)
+
+
 # ----------------------------------------------------------------------------- window (FP8)
 @gluon.constexpr_function
 def _win_layout(warps):
-    """A window chunk ``[64 keys, 4 scale blocks, 32 codes]`` (128 dims): 16 contiguous bytes a
-    thread, 4 keys a thread."""
+    """A window chunk ``[64 keys, 4 scale blocks, 32 codes]`` (128 dims) read from staging:
+    16 contiguous bytes a thread."""
     return gl.BlockedLayout([1, 1, 16], [4, 4, 2], [warps, 1, 1], [2, 1, 0])
 
 
 @gluon.jit
-def _window_rec(slot, pos, win_ok, i0, i_hi, ring, WINDOW: gl.constexpr, D: gl.constexpr):
+def _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW: gl.constexpr, D: gl.constexpr,
+                 rows_l: gl.constexpr):
     """Window keys ``i0 .. i0+64`` (key i = position pos - WINDOW + 1 + i; i >= i_hi masked)
-    -> (int64 record offsets, valid) [64]."""
-    rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
+    -> (int64 record offsets, valid) [64] in ``rows_l``."""
     i = i0 + gl.arange(0, 64, layout=rows_l)
     kpos = pos - WINDOW + 1 + i
     valid = (i < i_hi) & (kpos >= 0) & win_ok
@@ -98,59 +118,77 @@ def _window_rec(slot, pos, win_ok, i0, i_hi, ring, WINDOW: gl.constexpr, D: gl.c
 
 
 @gluon.jit
-def _window_chunk(win_ptr, rec, valid, C: gl.constexpr, D: gl.constexpr):
-    """Dims ``128C .. 128C+127`` of the records -> (e4m3 codes [64, 4, 32], ue8m0 [64, 4])."""
-    L3: gl.constexpr = _win_layout(gl.num_warps())
-    b = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
-    e = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    r2 = gl.expand_dims(rec, 1)
-    m2 = gl.expand_dims(valid, 1)
-    col = gl.expand_dims(gl.expand_dims(b, 0) * 32, 2) + gl.expand_dims(gl.expand_dims(e, 0), 1)
-    codes = gl.load(win_ptr + gl.expand_dims(r2, 2) + (C * 128 + col),
-                    mask=gl.expand_dims(m2, 2), other=0)
-    sc = gl.load(win_ptr + r2 + (D + C * 4 + gl.expand_dims(b, 0)), mask=m2, other=0)
-    return codes, sc
+def _window_copy(win_ptr, codes_s, sc_s, slot, pos, win_ok, i0, i_hi, ring,
+                 WINDOW: gl.constexpr, D: gl.constexpr):
+    """Issue the copies of window keys ``i0 .. i0+64`` into one stage (one commit group)."""
+    cl: gl.constexpr = _copy_layout(16, 4, gl.num_warps())
+    sl: gl.constexpr = _copy_layout(4, 8, gl.num_warps())
+    rec, valid = _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
+                              gl.SliceLayout(1, cl))
+    cols = gl.arange(0, D, layout=gl.SliceLayout(0, cl))
+    _issue(codes_s, win_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(cols, 0),
+           gl.expand_dims(valid, 1))
+    rec, valid = _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
+                              gl.SliceLayout(1, sl))
+    cols = gl.arange(0, D // 32, layout=gl.SliceLayout(0, sl))
+    _issue(sc_s, win_ptr + gl.expand_dims(rec + D, 1) + gl.expand_dims(cols, 0),
+           gl.expand_dims(valid, 1))
+    async_copy.commit_group()
 
 
 @gluon.jit
-def _window_store(k_s, codes, sc, C: gl.constexpr):
-    """e4m3 codes x 2^(ue8m0 - 127) -> the exact bf16 keys of chunk C in ``k_s``."""
-    scale = (sc.to(gl.int32) << 23).to(gl.float32, bitcast=True)
-    k = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gl.expand_dims(scale, 2)
-    k_s.slice(C * 128, 128, dim=1).store(k.reshape([64, 128]).to(gl.bfloat16))
+def _window_dequant(k_s, codes_s, sc_s, D: gl.constexpr):
+    """One stage's e4m3 codes x 2^(ue8m0 - 127) -> the exact bf16 keys in ``k_s`` (dim order),
+    128 dims at a time."""
+    L2: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [gl.num_warps(), 1], [1, 0])
+    L3: gl.constexpr = _win_layout(gl.num_warps())  # L2 reshaped to [64, 4, 32]
+    for c in gl.static_range(D // 128):
+        codes = codes_s.slice(c * 128, 128, dim=1).load(L2).reshape([64, 4, 32])  # L3
+        sc = sc_s.slice(c * 4, 4, dim=1).load(gl.SliceLayout(2, L3))
+        scale = (sc.to(gl.int32) << 23).to(gl.float32, bitcast=True)
+        k = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gl.expand_dims(scale, 2)
+        k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]).to(gl.bfloat16))
 
 
 @gluon.jit
-def _window_split(win_ptr, k_s, q_s, p_s, m_i, l_i, acc, slot, pos, win_ok, w_i0, w_hi, ring,
-                  qk_scale, WINDOW: gl.constexpr, D: gl.constexpr, W_STEPS: gl.constexpr,
-                  mma_s: gl.constexpr, mma_o: gl.constexpr):
+def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, h0, n_heads,
+                  slot, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
+                  D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
+                  mma_o: gl.constexpr):
+    _window_copy(win_ptr, raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), slot, pos,
+                 win_ok, w_i0, w_hi, ring, WINDOW, D)
+    _window_copy(win_ptr, raw_s.index(1), rsc_s.index(1).slice(0, D // 32, dim=1), slot, pos,
+                 win_ok, w_i0 + 64, w_hi, ring, WINDOW, D)
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, False)  # during the records' round trip
     for it in range(W_STEPS):
-        rec, valid = _window_rec(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D)
-        c0, s0 = _window_chunk(win_ptr, rec, valid, 0, D)
-        c1, s1 = _window_chunk(win_ptr, rec, valid, 1, D)
-        gl.thread_barrier()  # every warp's wgmmas of the previous step are done with k_s
-        _window_store(k_s, c0, s0, 0)
-        c2, s2 = _window_chunk(win_ptr, rec, valid, 2, D)
-        _window_store(k_s, c1, s1, 1)
-        c3, s3 = _window_chunk(win_ptr, rec, valid, 3, D)
-        _window_store(k_s, c2, s2, 2)
-        _window_store(k_s, c3, s3, 3)
+        st = it % 2
+        async_copy.wait_group(1)  # this thread's copies of step it have landed
+        gl.thread_barrier()  # everyone's, and the previous step's wgmmas are done with k_s
+        _window_dequant(k_s, raw_s.index(st), rsc_s.index(st).slice(0, D // 32, dim=1), D)
+        fence_async_shared()
+        gl.thread_barrier()  # the tile is complete and the stage read: refill it
+        _window_copy(win_ptr, raw_s.index(st), rsc_s.index(st).slice(0, D // 32, dim=1), slot,
+                     pos, win_ok, w_i0 + (it + 2) * 64, w_hi, ring, WINDOW, D)
+        _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
+                                gl.SliceLayout(1, mma_s))
         m_i, l_i, acc = _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s, mma_o)
+    async_copy.wait_group(0)
     return m_i, l_i, acc
 
 
 # ----------------------------------------------------------------------------- index list (NVFP4)
 @gluon.constexpr_function
 def _fp4_layout(warps):
-    """An NVFP4 chunk ``[64 keys, 8 scale groups, 8 bytes]`` (64 packed bytes = 128 dims): 8
-    contiguous bytes a thread, 4 keys a thread."""
+    """An NVFP4 chunk ``[64 keys, 8 scale groups, 8 bytes]`` (64 packed bytes = 128 dims) read
+    from staging: 8 contiguous bytes a thread."""
     return gl.BlockedLayout([1, 1, 8], [4, 8, 1], [warps, 1, 1], [2, 1, 0])
 
 
 @gluon.jit
 def _index(idx_ptr, row, c0, c_hi, k_sel):
-    """Index-list columns ``c0 .. c0+64`` of ``row`` (>= c_hi read as -1)."""
-    rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _fp4_layout(gl.num_warps())))
+    """Index-list columns ``c0 .. c0+64`` of ``row`` (>= c_hi read as -1), in the copies'
+    row layout."""
+    rows_l: gl.constexpr = gl.SliceLayout(1, _copy_layout(16, 4, gl.num_warps()))
     c = c0 + gl.arange(0, 64, layout=rows_l)
     return gl.load(idx_ptr + row.to(gl.int64) * k_sel + c, mask=c < c_hi, other=-1)
 
@@ -173,66 +211,114 @@ def _rec(j, page, n_pages, D: gl.constexpr, PAGE: gl.constexpr):
 
 
 @gluon.jit
-def _fp4_chunk(comp_ptr, rec, valid, C: gl.constexpr, D: gl.constexpr):
-    """Packed bytes ``64C .. 64C+63`` (dims 128C .. 128C+127) -> (bytes [64, 8, 8], e4m3
-    scales [64, 8])."""
-    L3: gl.constexpr = _fp4_layout(gl.num_warps())
-    g = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
-    e = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    r2 = gl.expand_dims(rec, 1)
-    m2 = gl.expand_dims(valid, 1)
-    col = gl.expand_dims(gl.expand_dims(g, 0) * 8, 2) + gl.expand_dims(gl.expand_dims(e, 0), 1)
-    packed = gl.load(comp_ptr + gl.expand_dims(r2, 2) + (C * 64 + col),
-                     mask=gl.expand_dims(m2, 2), other=0)
-    sc = gl.load(comp_ptr + r2 + (D // 2 + C * 8 + gl.expand_dims(g, 0)), mask=m2, other=0)
-    return packed, sc
+def _fp4_copy(comp_ptr, packed_s, sc_s, rec, valid, D: gl.constexpr):
+    """Issue the copies of 64 NVFP4 records into one stage (one commit group)."""
+    cl: gl.constexpr = _copy_layout(16, 4, gl.num_warps())
+    sl: gl.constexpr = _copy_layout(4, 4, gl.num_warps())  # the same rows a thread as cl
+    cols = gl.arange(0, D // 2, layout=gl.SliceLayout(0, cl))
+    _issue(packed_s, comp_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(cols, 0),
+           gl.expand_dims(valid, 1))
+    rec_s = gl.convert_layout(rec, gl.SliceLayout(1, sl), assert_trivial=True)
+    valid_s = gl.convert_layout(valid, gl.SliceLayout(1, sl), assert_trivial=True)
+    cols = gl.arange(0, D // 16, layout=gl.SliceLayout(0, sl))
+    _issue(sc_s, comp_ptr + gl.expand_dims(rec_s + D // 2, 1) + gl.expand_dims(cols, 0),
+           gl.expand_dims(valid_s, 1))
+    async_copy.commit_group()
+
+
+# Four packed bytes (8 e2m1 codes, low nibble = even dim) -> bf16 pairs, times the scale pair:
+# PRMT spreads bytes b, b+1 into the two 16-bit halves; nibble ``s e1 e0 m`` goes to bf16 bits
+# 15 and 8..6, which is the e2m1 value x 2^-126 (e = 0: the subnormal m x 2^-127); the bf16
+# multiply by scale x 2^118 (exact: at most 6 significant bits, >= 2^-18) gives value x scale
+# x 2^-8, as ``_triton._compressed_dequant_pairs`` (fp32 there): about 2.75 instructions a
+# value against 5.4.
+_FP4_ASM = gl.constexpr("""{
+.reg .b32 x, y, t, u;
+prmt.b32 x, $4, 0, 0x4140;
+prmt.b32 y, $4, 0, 0x4342;
+shl.b32 t, x, 6;
+and.b32 t, t, 0x01C001C0;
+shl.b32 u, x, 12;
+and.b32 u, u, 0x80008000;
+or.b32 t, t, u;
+mul.rn.bf16x2 $0, t, $5;
+shl.b32 t, y, 6;
+and.b32 t, t, 0x01C001C0;
+shl.b32 u, y, 12;
+and.b32 u, u, 0x80008000;
+or.b32 t, t, u;
+mul.rn.bf16x2 $1, t, $6;
+shl.b32 t, x, 2;
+and.b32 t, t, 0x01C001C0;
+shl.b32 u, x, 8;
+and.b32 u, u, 0x80008000;
+or.b32 t, t, u;
+mul.rn.bf16x2 $2, t, $5;
+shl.b32 t, y, 2;
+and.b32 t, t, 0x01C001C0;
+shl.b32 u, y, 8;
+and.b32 u, u, 0x80008000;
+or.b32 t, t, u;
+mul.rn.bf16x2 $3, t, $6;
+}""")
 
 
 @gluon.jit
-def _fp4_store(k_s, packed, sc, C: gl.constexpr, D: gl.constexpr):
-    """Chunk C's bytes -> exact bf16 keys x 2^-8 of its even dims (low nibbles, ``k_s`` columns
-    64C ..) and odd dims (high nibbles, columns D/2 + 64C ..): nibble ``s e1 e0 m`` to fp32
-    bits 31 and 24..22, times scale x 2^118 (as ``_triton._compressed_dequant_pairs``)."""
-    scale = gl.expand_dims(sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118, 2)
-    p = packed.to(gl.uint32)
-    lo = ((p << 22) | (p << 28)) & 0x81C00000
-    q = p >> 4
-    hi = ((q << 22) | (q << 28)) & 0x81C00000
-    k_e = lo.to(gl.float32, bitcast=True) * scale
-    k_o = hi.to(gl.float32, bitcast=True) * scale
-    k_s.slice(C * 64, 64, dim=1).store(k_e.reshape([64, 64]).to(gl.bfloat16))
-    k_s.slice(D // 2 + C * 64, 64, dim=1).store(k_o.reshape([64, 64]).to(gl.bfloat16))
+def _fp4_dequant(k_s, packed_s, sc_s, D: gl.constexpr):
+    """One stage's records -> exact bf16 keys x 2^-8 (``_triton.FP4_TILE_SCALE``) of the even
+    dims (low nibbles, ``k_s`` columns 0 .. D/2) and the odd dims (high nibbles, columns
+    D/2 ..), 64 bytes (128 dims) at a time (``_FP4_ASM``)."""
+    L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
+    for c in gl.static_range(D // 128):
+        packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
+        sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
+        scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
+        k_e, k_o = gl.inline_asm_elementwise(
+            _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
+            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+        k_s.slice(c * 64, 64, dim=1).store(k_e.reshape([64, 64]))
+        k_s.slice(D // 2 + c * 64, 64, dim=1).store(k_o.reshape([64, 64]))
 
 
 @gluon.jit
-def _compressed_split(comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, m_i, l_i, acc, row, slot,
-                      sel_ok, c_0, c_hi, k_sel, n_pages, max_pages, qk_scale, D: gl.constexpr,
-                      PAGE: gl.constexpr, C_STEPS: gl.constexpr, mma_s: gl.constexpr,
-                      mma_o: gl.constexpr):
-    # the chain index -> page -> record runs three / two / one step ahead (as the Triton kernel)
+def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
+                      acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages, max_pages,
+                      qk_scale, D: gl.constexpr, PAGE: gl.constexpr, C_STEPS: gl.constexpr,
+                      mma_s: gl.constexpr, mma_o: gl.constexpr):
+    # the chain index -> page -> copy runs four / three / two steps ahead
     j = _index(idx_ptr, row, c_0, c_hi, k_sel)
-    j_n = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
-    j_nn = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
+    j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
+    j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
+    j3 = _index(idx_ptr, row, c_0 + 192, c_hi, k_sel)
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, True)  # during the chain's round trips
     page = _page(bt_ptr, j, slot, sel_ok, max_pages, PAGE)
-    page_n = _page(bt_ptr, j_n, slot, sel_ok, max_pages, PAGE)
+    page1 = _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE)
+    page2 = _page(bt_ptr, j2, slot, sel_ok, max_pages, PAGE)
     rec, valid = _rec(j, page, n_pages, D, PAGE)
+    _fp4_copy(comp_ptr, raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), rec, valid, D)
+    rec1, valid1 = _rec(j1, page1, n_pages, D, PAGE)
+    _fp4_copy(comp_ptr, raw_s.index(1).slice(0, D // 2, dim=1), rsc_s.index(1), rec1, valid1,
+              D)
     for it in range(C_STEPS):
-        b0, s0 = _fp4_chunk(comp_ptr, rec, valid, 0, D)
-        b1, s1 = _fp4_chunk(comp_ptr, rec, valid, 1, D)
-        page_nn = _page(bt_ptr, j_nn, slot, sel_ok, max_pages, PAGE)
-        j_nnn = _index(idx_ptr, row, c_0 + (it + 3) * 64, c_hi, k_sel)
-        gl.thread_barrier()  # every warp's wgmmas of the previous step are done with k_s
-        _fp4_store(k_s, b0, s0, 0, D)
-        b2, s2 = _fp4_chunk(comp_ptr, rec, valid, 2, D)
-        _fp4_store(k_s, b1, s1, 1, D)
-        b3, s3 = _fp4_chunk(comp_ptr, rec, valid, 3, D)
-        _fp4_store(k_s, b2, s2, 2, D)
-        _fp4_store(k_s, b3, s3, 3, D)
+        st = it % 2
+        j4 = _index(idx_ptr, row, c_0 + (it + 4) * 64, c_hi, k_sel)
+        page3 = _page(bt_ptr, j3, slot, sel_ok, max_pages, PAGE)
+        async_copy.wait_group(1)  # this thread's copies of step it have landed
+        gl.thread_barrier()  # everyone's, and the previous step's wgmmas are done with k_s
+        _fp4_dequant(k_s, raw_s.index(st).slice(0, D // 2, dim=1), rsc_s.index(st), D)
+        fence_async_shared()
+        gl.thread_barrier()  # the tile is complete and the stage read: refill it
+        rec2, valid2 = _rec(j2, page2, n_pages, D, PAGE)
+        _fp4_copy(comp_ptr, raw_s.index(st).slice(0, D // 2, dim=1), rsc_s.index(st), rec2,
+                  valid2, D)
         m_i, l_i, acc = _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s, mma_o)
-        rec, valid = _rec(j_n, page_n, n_pages, D, PAGE)
-        page_n = page_nn
-        j_n = j_nn
-        j_nn = j_nnn
+        valid = valid1
+        valid1 = valid2
+        j2 = j3
+        page2 = page3
+        j3 = j4
+    async_copy.wait_group(0)
     return m_i, l_i, acc
 
 
@@ -269,38 +355,43 @@ def _wgmma_attn_kernel(
     k_s = gl.allocate_shared_memory(gl.bfloat16, [64, D], k_l)
     q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], k_l)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
+    # two staging stages of raw records: window codes / NVFP4 packed bytes, and their scales
+    raw_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D], _staging(D))
+    rsc_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D // 16], _staging(D // 16))
     m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma_s))
     l_i = gl.zeros([64, 16], gl.float32, mma_s)
     acc = gl.zeros([D, 16], gl.float32, mma_o)
     is_win = pid_s < N_WSPLIT
     if is_win:
-        _load_q(q_ptr, q_s, row, pid_h * 16, n_heads, D, False)
         w_i0 = pid_s * (W_STEPS * 64)
         w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
-        m_i, l_i, acc = _window_split(win_ptr, k_s, q_s, p_s, m_i, l_i, acc,
-                                      gl.where(win_ok, slot, 0), pos, win_ok, w_i0, w_hi, ring,
-                                      qk_scale, WINDOW, D, W_STEPS, mma_s, mma_o)
-        scale_out = 1.0
+        m_i, l_i, acc = _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
+                                      acc, row,
+                                      pid_h * 16, n_heads, gl.where(win_ok, slot, 0), pos,
+                                      win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
+                                      mma_s, mma_o)
     else:
-        _load_q(q_ptr, q_s, row, pid_h * 16, n_heads, D, True)
-        if HAS_SEL:
+        if HAS_SEL:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
             c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
-            m_i, l_i, acc = _compressed_split(comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, m_i,
-                                              l_i, acc, row, gl.where(sel_ok, slot, 0), sel_ok,
-                                              c_0, c_hi, k_sel, n_pages, max_pages,
-                                              qk_scale * 256.0, D, PAGE, C_STEPS, mma_s,
-                                              mma_o)
-        scale_out = 256.0  # the tiles held the keys x 2^-8
+            m_i, l_i, acc = _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s,
+                                              raw_s, rsc_s, m_i, l_i, acc, row, pid_h * 16, n_heads,
+                                              gl.where(sel_ok, slot, 0), sel_ok, c_0, c_hi,
+                                              k_sel, n_pages, max_pages, qk_scale * 256.0, D,
+                                              PAGE, C_STEPS, mma_s, mma_o)
     group = row * gl.num_programs(1) + pid_h
-    r = (group * N_SPLIT + pid_s) * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, mma_o))
-    dp = gl.arange(0, D, layout=gl.SliceLayout(1, mma_o))  # the tile's column order
+    base = (group * N_SPLIT + pid_s) * 16
+    # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
+    # stores, a warp writing 512 contiguous bytes (the MMA layout scatters 4-byte stores)
+    st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
+    r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
+    d = gl.arange(0, D, layout=gl.SliceLayout(1, st_l))
+    offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(d, 1)
     if is_win:
-        dim = dp
-    else:  # even dims first, then odd
-        dim = gl.where(dp < D // 2, 2 * dp, 2 * (dp - D // 2) + 1)
-    gl.store(ws_acc_ptr + gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(dim, 1),
-             acc * scale_out)
-    rs = (group * N_SPLIT + pid_s) * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, mma_s))
+        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
+    else:  # the tile's columns were the even dims, then the odd ones: interleave the rows
+        acc_d = acc.reshape([2, D // 2, 16]).permute(1, 0, 2).reshape([D, 16])
+        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
+    rs = base + gl.arange(0, 16, layout=gl.SliceLayout(0, mma_s))
     gl.store(ws_m_ptr + rs, m_i)
     gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from dsv4_decode.engine.cache import compressed_record_bytes, window_record_bytes
-from dsv4_decode.utils.device import sm_count
+from dsv4_decode.utils.device import is_hopper, sm_count
 
 from . import _triton
 from .config import SparseAttnConfig, pick_default
@@ -36,9 +36,10 @@ class SparseAttnWorkspace:
 def pick_config(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
                 device: torch.device | str = "cuda") -> SparseAttnConfig:
     """The default launch config for these static shapes on ``device`` (``config.pick_default``:
-    measured on the H200)."""
-    return pick_default(rows, heads, head_dim, window, n_sel,
-                        sm_count=sm_count(torch.device(device)))
+    measured on the H200; the wgmma kernel only on a Hopper GPU)."""
+    dev = torch.device(device)
+    return pick_default(rows, heads, head_dim, window, n_sel, sm_count=sm_count(dev),
+                        wgmma=is_hopper(dev))
 
 
 def make_workspace(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
@@ -181,9 +182,7 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
           f"leaving chunks of >= 32 of the {d} dims")
     problem = cfg.wgmma_problem(d)
     _need(problem is None, f"config: {problem}")
-    _need(not cfg.wgmma or (device.type == "cuda"
-                            and torch.cuda.get_device_capability(device) == (9, 0)),
-          "config: wgmma needs a Hopper GPU (sm_90)")
+    _need(not cfg.wgmma or is_hopper(device), "config: wgmma needs a Hopper GPU (sm_90)")
     if cfg.n_split > 1 and workspace is None:
         workspace = make_workspace(t, h, d, window, n_sel, device, cfg)
     if out is None:

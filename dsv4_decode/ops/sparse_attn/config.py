@@ -135,18 +135,26 @@ class SparseAttnConfig:
 
 def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
                  sm_count: int = 132) -> SparseAttnConfig:
-    """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, 8 warps (one CTA a SM:
-    ptxas gives it 188 registers), split by the ``_steps`` rule; never fewer than two splits
-    (there is no in-place finalisation on that path)."""
+    """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, 8 warps, one CTA a SM
+    (193 registers, 150 KB of shared memory), split by the ``_steps`` rule, then twice the
+    steps from two waves (session 11, H200: a split's prologue (q, the index -> page chain,
+    the first copies) is not overlapped by another CTA on its SM, so fewer, longer splits pay:
+    32 x 6 x 16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57
+    against 69.61; at 8 x 6 x 16 (1.8 waves) 28.90 against 23.78); never fewer than two
+    splits (there is no in-place finalisation on that path)."""
     cfg = SparseAttnConfig.pick(rows, heads, 512, window, n_sel, sm_count, block_n=64,
                                 num_warps=8)
+    groups = rows * -(-heads // 16)
+    if groups * cfg.n_split >= 2 * sm_count:
+        cfg = SparseAttnConfig.with_steps(16, 64, 2 * max(cfg.w_steps, cfg.c_steps), window,
+                                          n_sel, num_warps=8)
     if cfg.n_split < 2:
         cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     return replace(cfg, wgmma=True)
 
 
 def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
-                 sm_count: int = 132) -> SparseAttnConfig:
+                 sm_count: int = 132, wgmma: bool = False) -> SparseAttnConfig:
     """The default launch config, chosen from the H200 sweep of session 3 (16 heads, 512
     selected + full window; docs/kernels/sparse_attn.md): at head dim >= 256, the ``block_n64``
     layout with one step a split (2 window + 8 index splits of 64 keys at 512 selected) where
@@ -161,7 +169,10 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
     ``pdl_entry`` (the attention kernel a programmatic dependent launch) only on the one-step
     layout: session 10, same process (``scripts/pdl_ab.py``), -0.23 / -0.31 / -0.44 / -0.42 /
     -0.26 us at 1 x 1 x 16 / 1 x 1 x 64 / 2 x 1 x 16 / 1 x 6 x 16 / 2 x 6 x 16, and +0.23 to
-    +0.29 us on the other layouts (8 and 32 x 6 x 16, 1 x 6 x 64, 32 x 1 x 16)."""
+    +0.29 us on the other layouts (8 and 32 x 6 x 16, 1 x 6 x 64, 32 x 1 x 16).
+
+    ``wgmma`` (a Hopper GPU, ``api.pick_config``): beyond the one-step layout, the wgmma
+    kernel (``wgmma_config``; session 11)."""
     if head_dim >= 256:
         groups = rows * -(-heads // 16)
         # session 7: with the merge as a programmatic dependent launch (its position / RoPE /
@@ -171,6 +182,8 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
                                           pdl_entry=True)
         if groups * one.n_split <= one.ctas_per_sm * sm_count:
             return one
+        if wgmma and head_dim == 512:
+            return wgmma_config(rows, heads, window, n_sel, sm_count)
         # session 5: the block_n64 layout split by the rule, where that fits one wave, beat
         # the 4-warp rule at 24 and 32 head groups (4 x 6 x 16: 17.18 against 22.75 us, 1 x 6
         # x 64: 16.30 against 22.50, 32 x 1 x 16: 21.62 against 23.25) but not at 16 (16 x 1
