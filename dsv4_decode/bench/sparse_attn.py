@@ -30,10 +30,9 @@ from dsv4_decode.ops.sparse_attn import (
     rope_tables,
     sparse_attn,
     sparse_attn_ref,
-    wgmma_config,
 )
 from dsv4_decode.ops.sparse_attn.config import pick_default
-from dsv4_decode.utils.device import is_hopper, sm_count
+from dsv4_decode.utils.device import sm_count
 
 D, ROPE, WINDOW, SELECTED, PAGE = 512, 64, 128, 512, 64
 ENTRIES = 4096  # compressed entries per request (indices are drawn among them)
@@ -152,22 +151,24 @@ SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1,
 
 
 def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
-    """Named configs for one shape (session 4; the dim-split and register-capped layouts lost
-    everywhere in session 3 and are no longer swept): ``ours`` (the default) with its merge as
-    a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), with bf16
-    split partials (``_bf16``: half the partial bytes, for the merge at 32 requests), with other
-    step counts (``_steps<n>``: the merge now costs one round trip whatever the split count,
-    so more, shorter splits may pay); where the default is the one-step 64-key layout,
-    one-step 32-key splits at 8 and 4 warps (20 splits at 512 selected, twice the CTAs; also
-    with the merge as a dependent launch: the two gains of 1 x 6 x 16 in session 4), else
-    ``block_n64`` split by the rule; where the default is the 4-warp layout, that layout capped
-    at 168 or 128 registers (3 or 4 CTAs a SM, the splits sized for them; session 11:
-    ptxas spills 132 B at 16 keys and 168 registers); ``block_h32`` (two 32-head blocks at
-    64 heads) where there are >= 32 heads; on Hopper the wgmma kernel (``wgmma_config``)."""
-    ours = pick_config(rows, heads, D, WINDOW, SELECTED)
-    out = {"ours": ours, "ours_pdl": dataclasses.replace(ours, pdl=True),
-           "ours_fused": dataclasses.replace(ours, fused_merge=True),
-           "ours_bf16": dataclasses.replace(ours, partials_bf16=True)}
+    """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
+    wgmma kernel, ``ours_triton`` (the Triton kernels' default), and the wgmma kernel with half
+    and twice the steps (``wgmma_steps<n>``). Variants of the Triton kernels' default: its
+    merge as a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), bf16
+    split partials (``_bf16``), other step counts (``_steps<n>``); where it is the one-step
+    64-key layout, one-step 32-key splits at 8 and 4 warps (also with the merge as a dependent
+    launch), else ``block_n64`` split by the rule; ``block_h32`` (two 32-head blocks) where
+    there are >= 32 heads. (Session 11 also swept the 4-warp layout capped at 168 / 128
+    registers: slower everywhere, docs/kernels/sparse_attn.md.)"""
+    out = {"ours": pick_config(rows, heads, D, WINDOW, SELECTED)}
+    # the variants below are of the Triton kernels' default (``ours_triton`` where ours is the
+    # wgmma kernel)
+    ours = pick_default(rows, heads, D, WINDOW, SELECTED, sm_count(torch.device("cuda")))
+    if ours != out["ours"]:
+        out["ours_triton"] = ours
+    out |= {"ours_pdl": dataclasses.replace(ours, pdl=True),
+            "ours_fused": dataclasses.replace(ours, fused_merge=True),
+            "ours_bf16": dataclasses.replace(ours, partials_bf16=True)}
     steps = max(ours.w_steps, ours.c_steps)
     for st in sorted({1, 2, steps // 2, steps * 2} - {0, steps}):
         c = SparseAttnConfig.with_steps(ours.block_h, ours.block_n, st, WINDOW, SELECTED,
@@ -182,12 +183,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
             out[f"n32_w{warps}_steps1_pdl"] = dataclasses.replace(c, pdl=True)
     else:
         out["block_n64"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_n=64)
-    if ours.num_warps == 4:  # the multi-wave layout: more CTAs a SM under a register cap
-        for bn, cap in ((32, 168), (16, 168), (16, 128)):
-            out[f"n{bn}_maxnreg{cap}"] = SparseAttnConfig.pick(
-                rows, heads, D, WINDOW, SELECTED, block_n=bn, num_warps=4, maxnreg=cap)
-    if is_hopper(torch.device("cuda")):  # Hopper: the wgmma kernel (session 11)
-        wg = out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
+    if out["ours"].wgmma:  # Hopper: the wgmma kernel (session 11)
+        wg = out["ours"]
         for st in sorted({max(wg.w_steps, wg.c_steps) * 2, max(wg.w_steps, wg.c_steps) // 2}
                          - {0}):
             c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,

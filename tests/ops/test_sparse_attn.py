@@ -26,6 +26,7 @@ from dsv4_decode.ops.sparse_attn import (
     sparse_attn_ref,
     wgmma_config,
 )
+from dsv4_decode.ops.sparse_attn.config import pick_default  # the Triton kernels' default
 from dsv4_decode.utils.device import is_hopper
 
 
@@ -377,7 +378,7 @@ def test_gpu_partials_bf16(case):
     """bf16 split partials (the sweep's ``_bf16`` variants) at production shapes."""
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    check(inp, config=dataclasses.replace(pick_config(t, h, 512, 128, case.n_sel),
+    check(inp, config=dataclasses.replace(pick_default(t, h, 512, 128, case.n_sel),
                                           partials_bf16=True))
 
 
@@ -387,7 +388,7 @@ def test_gpu_merge_pdl(case):
     """The merge kernel as a programmatic dependent launch (waits for the partials)."""
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    check(inp, config=dataclasses.replace(pick_config(t, h, 512, 128, case.n_sel), pdl=True))
+    check(inp, config=dataclasses.replace(pick_default(t, h, 512, 128, case.n_sel), pdl=True))
 
 
 @pytest.mark.gpu
@@ -401,7 +402,8 @@ def test_gpu_merge_repeatable(fused):
     inp = Inputs(Case(8, 6, 64, 512, **PROD), dev)
     t = inp.q.shape[0]
     round1 = SparseAttnConfig.with_steps(16, 32, 10, 128, 512, num_warps=8, fused_merge=fused)
-    for cfg in (round1, dataclasses.replace(pick_config(t, 64, 512, 128, 512), fused_merge=fused)):
+    for cfg in (round1,
+                dataclasses.replace(pick_default(t, 64, 512, 128, 512), fused_merge=fused)):
         for _ in range(5):
             check(inp, config=cfg)
 
@@ -466,7 +468,7 @@ def test_gpu_pdl_inputs_written_in_graph(requests):
              inp.indices.cpu()[:, torch.randperm(512, generator=g)].to(dev))]
     src = [s.clone() for s in sets[0]]
     t = inp.q.shape[0]
-    cfg = dataclasses.replace(pick_config(t, 16, 512, 128, 512), pdl_entry=True)
+    cfg = dataclasses.replace(pick_default(t, 16, 512, 128, 512), pdl_entry=True)
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
     out = torch.empty_like(inp.q)
 
