@@ -153,7 +153,8 @@ SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1,
 def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
     wgmma kernel, ``ours_triton`` (the Triton kernels' default), and the wgmma kernel with half
-    and twice the steps (``wgmma_steps<n>``). Variants of the Triton kernels' default: its
+    and twice the steps (``wgmma_steps<n>``) and with the other number of key tiles
+    (``wgmma_tiles<n>``). Variants of the Triton kernels' default: its
     merge as a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), bf16
     split partials (``_bf16``), other step counts (``_steps<n>``); where it is the one-step
     64-key layout, one-step 32-key splits at 8 and 4 warps (also with the merge as a dependent
@@ -188,9 +189,10 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
         for st in sorted({max(wg.w_steps, wg.c_steps) * 2, max(wg.w_steps, wg.c_steps) // 2}
                          - {0}):
             c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,
-                                            wgmma=True)
+                                            wgmma=wg.wgmma)
             if c.n_split > 1:
                 out[f"wgmma_steps{st}"] = c
+        out[f"wgmma_tiles{3 - wg.wgmma}"] = dataclasses.replace(wg, wgmma=3 - wg.wgmma)
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     return out

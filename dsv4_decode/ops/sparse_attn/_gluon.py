@@ -33,7 +33,11 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 BLOCK_N = 64  # keys a step: wgmma's M for one warpgroup
 BLOCK_H = 16
@@ -62,6 +66,14 @@ def _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s: gl.constexpr,
     the wgmmas' reads (async proxy) and passed a CTA barrier since."""
     s = warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([64, 16], gl.float32, mma_s),
                       use_acc=False)
+    return _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o)
+
+
+@gluon.jit
+def _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o: gl.constexpr):
+    """The online softmax of the step's scores ``s`` (S^T), then ``acc^T += K^T P^T``. Passes a
+    CTA barrier (after P's stores) before the second wgmma."""
+    mma_s: gl.constexpr = s.type.layout
     vm = gl.convert_layout(valid, gl.SliceLayout(1, mma_s))
     s = gl.where(gl.expand_dims(vm, 1), s * qk_scale, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 0))
@@ -75,6 +87,13 @@ def _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s: gl.constexpr,
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))
     acc = warpgroup_mma(k_s.permute((1, 0)), p_s, acc * gl.expand_dims(alpha_o, 0))
     return m_new, l_i, acc
+
+
+@gluon.jit
+def _scores_async(k_s, q_s, mma_s: gl.constexpr):
+    """S^T = K Q^T issued as an asynchronous wgmma (``warpgroup_mma_wait`` collects it)."""
+    return warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([64, 16], gl.float32, mma_s),
+                         use_acc=False, is_async=True)
 
 
 # ----------------------------------------------------------------------------- staging
@@ -172,6 +191,46 @@ def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, ro
         _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                 gl.SliceLayout(1, mma_s))
         m_i, l_i, acc = _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s, mma_o)
+    async_copy.wait_group(0)
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _window_split2(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, h0,
+                   n_heads, slot, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
+                   D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
+                   mma_o: gl.constexpr):
+    """``_window_split`` with two key tiles (``k_s[2]``): step i's S^T wgmma runs while the
+    warps dequantise step i + 1 into the other tile."""
+    _window_copy(win_ptr, raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), slot, pos,
+                 win_ok, w_i0, w_hi, ring, WINDOW, D)
+    _window_copy(win_ptr, raw_s.index(1), rsc_s.index(1).slice(0, D // 32, dim=1), slot, pos,
+                 win_ok, w_i0 + 64, w_hi, ring, WINDOW, D)
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, False)  # during the records' round trip
+    async_copy.wait_group(1)
+    gl.thread_barrier()
+    _window_dequant(k_s.index(0), raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), D)
+    fence_async_shared()
+    gl.thread_barrier()
+    _window_copy(win_ptr, raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), slot, pos,
+                 win_ok, w_i0 + 128, w_hi, ring, WINDOW, D)
+    for it in range(W_STEPS):
+        nx = (it + 1) % 2
+        tok = _scores_async(k_s.index(it % 2), q_s, mma_s)
+        async_copy.wait_group(1)  # this thread's copies of step it + 1 have landed
+        gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
+        if it + 1 < W_STEPS:
+            _window_dequant(k_s.index(nx), raw_s.index(nx),
+                            rsc_s.index(nx).slice(0, D // 32, dim=1), D)
+            fence_async_shared()
+        s = warpgroup_mma_wait(0, deps=[tok])
+        _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
+                                gl.SliceLayout(1, mma_s))
+        m_i, l_i, acc = _softmax_pv(s, k_s.index(it % 2), p_s, valid, m_i, l_i, acc, qk_scale,
+                                    mma_o)
+        # after _softmax_pv's barrier: stage nx is read, refill it with step it + 3
+        _window_copy(win_ptr, raw_s.index(nx), rsc_s.index(nx).slice(0, D // 32, dim=1), slot,
+                     pos, win_ok, w_i0 + (it + 3) * 64, w_hi, ring, WINDOW, D)
     async_copy.wait_group(0)
     return m_i, l_i, acc
 
@@ -323,6 +382,61 @@ def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rs
 
 
 @gluon.jit
+def _compressed_split2(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
+                       acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
+                       max_pages, qk_scale, D: gl.constexpr, PAGE: gl.constexpr,
+                       C_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
+    """``_compressed_split`` with two key tiles (``k_s[2]``): step i's S^T wgmma runs while the
+    warps dequantise step i + 1 into the other tile. The chain index -> page -> copy runs
+    five / four / three steps ahead of the products."""
+    j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
+    j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
+    j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
+    j3 = _index(idx_ptr, row, c_0 + 192, c_hi, k_sel)
+    j4 = _index(idx_ptr, row, c_0 + 256, c_hi, k_sel)
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, True)  # during the chain's round trips
+    rec, v0 = _rec(j0, _page(bt_ptr, j0, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
+    _fp4_copy(comp_ptr, raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), rec, v0, D)
+    rec, v1 = _rec(j1, _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
+    _fp4_copy(comp_ptr, raw_s.index(1).slice(0, D // 2, dim=1), rsc_s.index(1), rec, v1, D)
+    page2 = _page(bt_ptr, j2, slot, sel_ok, max_pages, PAGE)
+    page3 = _page(bt_ptr, j3, slot, sel_ok, max_pages, PAGE)
+    async_copy.wait_group(1)
+    gl.thread_barrier()
+    _fp4_dequant(k_s.index(0), raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), D)
+    fence_async_shared()
+    gl.thread_barrier()
+    rec, v2 = _rec(j2, page2, n_pages, D, PAGE)
+    _fp4_copy(comp_ptr, raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), rec, v2, D)
+    for it in range(C_STEPS):
+        nx = (it + 1) % 2
+        tok = _scores_async(k_s.index(it % 2), q_s, mma_s)
+        j5 = _index(idx_ptr, row, c_0 + (it + 5) * 64, c_hi, k_sel)
+        page4 = _page(bt_ptr, j4, slot, sel_ok, max_pages, PAGE)
+        async_copy.wait_group(1)  # this thread's copies of step it + 1 have landed
+        gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
+        if it + 1 < C_STEPS:
+            _fp4_dequant(k_s.index(nx), raw_s.index(nx).slice(0, D // 2, dim=1),
+                         rsc_s.index(nx), D)
+            fence_async_shared()
+        s = warpgroup_mma_wait(0, deps=[tok])
+        m_i, l_i, acc = _softmax_pv(s, k_s.index(it % 2), p_s, v0, m_i, l_i, acc, qk_scale,
+                                    mma_o)
+        # after _softmax_pv's barrier: stage nx is read, refill it with step it + 3
+        rec, v3 = _rec(j3, page3, n_pages, D, PAGE)
+        _fp4_copy(comp_ptr, raw_s.index(nx).slice(0, D // 2, dim=1), rsc_s.index(nx), rec, v3,
+                  D)
+        v0 = v1
+        v1 = v2
+        v2 = v3
+        j3 = j4
+        page3 = page4
+        j4 = j5
+    async_copy.wait_group(0)
+    return m_i, l_i, acc
+
+
+@gluon.jit
 def _wgmma_attn_kernel(
     q_ptr, win_ptr, pos_ptr, slot_ptr, comp_ptr, bt_ptr, idx_ptr,
     ws_acc_ptr, ws_m_ptr, ws_l_ptr,
@@ -330,11 +444,13 @@ def _wgmma_attn_kernel(
     qk_scale,  # softmax scale * log2(e)
     WINDOW: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, W_STEPS: gl.constexpr,
     N_WSPLIT: gl.constexpr, C_STEPS: gl.constexpr, N_SPLIT: gl.constexpr,
-    HAS_SEL: gl.constexpr,
+    HAS_SEL: gl.constexpr, K_BUFS: gl.constexpr,
 ):
     """Split ``program_id(0)`` of (row ``program_id(2)``, head block ``program_id(1)``) ->
     its partial (m, l, acc) rows of the workspace (the Triton kernel's layout: row
-    ``(group * N_SPLIT + split) * 16 + head``, group = row x head blocks + head block)."""
+    ``(group * N_SPLIT + split) * 16 + head``, group = row x head blocks + head block).
+    K_BUFS: 1 key tile (each step's dequantisation, then its products) or 2 (step i + 1's
+    dequantisation beside step i's S^T wgmma)."""
     WG: gl.constexpr = gl.num_warps() // 4  # warpgroups: S^T split by heads, acc^T by dims
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
                                                     instr_shape=[16, 16 // WG, 16])
@@ -352,7 +468,7 @@ def _wgmma_attn_kernel(
     slot = gl.load(slot_ptr + row)
     win_ok = (slot >= 0) & (slot < n_slots)
     sel_ok = (slot >= 0) & (slot < n_bt_slots)
-    k_s = gl.allocate_shared_memory(gl.bfloat16, [64, D], k_l)
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [K_BUFS, 64, D], k_l)  # key tiles
     q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], k_l)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
     # two staging stages of raw records: window codes / NVFP4 packed bytes, and their scales
@@ -362,23 +478,35 @@ def _wgmma_attn_kernel(
     l_i = gl.zeros([64, 16], gl.float32, mma_s)
     acc = gl.zeros([D, 16], gl.float32, mma_o)
     is_win = pid_s < N_WSPLIT
+    slot_w = gl.where(win_ok, slot, 0)
+    slot_c = gl.where(sel_ok, slot, 0)
     if is_win:
         w_i0 = pid_s * (W_STEPS * 64)
         w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
-        m_i, l_i, acc = _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
-                                      acc, row,
-                                      pid_h * 16, n_heads, gl.where(win_ok, slot, 0), pos,
-                                      win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
-                                      mma_s, mma_o)
+        if K_BUFS == 2:
+            m_i, l_i, acc = _window_split2(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i,
+                                           l_i, acc, row, pid_h * 16, n_heads, slot_w, pos,
+                                           win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D,
+                                           W_STEPS, mma_s, mma_o)
+        else:
+            m_i, l_i, acc = _window_split(q_ptr, win_ptr, k_s.index(0), q_s, p_s, raw_s, rsc_s,
+                                          m_i, l_i, acc, row, pid_h * 16, n_heads, slot_w, pos,
+                                          win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D,
+                                          W_STEPS, mma_s, mma_o)
     else:
         if HAS_SEL:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
             c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
-            m_i, l_i, acc = _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s,
-                                              raw_s, rsc_s, m_i, l_i, acc, row, pid_h * 16, n_heads,
-                                              gl.where(sel_ok, slot, 0), sel_ok, c_0, c_hi,
-                                              k_sel, n_pages, max_pages, qk_scale * 256.0, D,
-                                              PAGE, C_STEPS, mma_s, mma_o)
+            if K_BUFS == 2:
+                m_i, l_i, acc = _compressed_split2(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
+                    acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages,
+                    max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
+            else:
+                m_i, l_i, acc = _compressed_split(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s.index(0), q_s, p_s, raw_s, rsc_s,
+                    m_i, l_i, acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel,
+                    n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
     group = row * gl.num_programs(1) + pid_h
     base = (group * N_SPLIT + pid_s) * 16
     # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
