@@ -30,9 +30,16 @@ ROUND1 tile, 32 rows, 256-deep, 2 warps, 3 stages) compiles to 94 registers, 25 
 memory and a 494-instruction loop a 256-deep step: 988 per 8,192 weights, with 21 LDS, 4
 LDSM, 13 LDGSTS and 2 barriers a step. It also checks ``fragment_repack`` on the CPU:
 decoding its words the way the kernel does (``emulate``) gives the reference dequantisation
-bit for bit. With a GPU (not run yet: no device time was left in session
-10) it checks both kernels against torch and times them, alternated, streaming ~141 MB of
-weights (``--gpu``).
+bit for bit.
+
+``_mxfp4_vec`` (session 11) is the same product with vector loads: the words in
+``vector_repack``'s order (a thread's words of a row adjacent), x pre-permuted into fragment
+order (``x_fragments``), x one step ahead and the words one or two (``DEPTH``).
+
+With a GPU (``--gpu``) it checks every kernel against torch and times them, alternated,
+streaming ~141 MB of weights at 16 token rows. Session 11 on the H200: the Triton step 2.48-2.51
+TB/s; ``_mxfp4_gemm`` 0.62-0.92; ``_mxfp4_vec`` 0.66-1.65 (128 rows x 64-deep, two steps
+ahead, best). The registers-only feeding does not pay (docs/kernels/moe.md, Session 11).
 
     PYTHONPATH=. python3 scripts/gluon_fragment_probe.py [--gpu]
 """

@@ -128,6 +128,11 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
     sm_90+ the one-step layout (1-2 requests at 16 heads) launches its kernels as programmatic
     dependents (``config.pdl_entry`` / ``pdl``): each waits on the device for the kernel
     before it, so inputs written by the previous kernel in the stream are always seen.
+
+    Kernels: on a Hopper GPU (sm_90) every layout beyond the one-step one runs the splits on
+    warpgroup MMAs (``config.wgmma``, ``_gluon.py``: same partials, same merge, plain
+    launches); elsewhere, and for the one-step layout, the Triton kernels of ``_triton.py``.
+    A ``wgmma`` config off Hopper, or with flags it does not take, is a ``ValueError``.
     """
     device = q.device
     _check("q", q, torch.bfloat16, 3, device)
