@@ -152,9 +152,8 @@ SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1,
 
 def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
-    wgmma kernel, ``ours_triton`` (the Triton kernels' default), and the wgmma kernel with half
-    and twice the steps (``wgmma_steps<n>``) and with the other number of key tiles
-    (``wgmma_tiles<n>``). Variants of the Triton kernels' default: its
+    wgmma kernel, ``ours_triton`` (the Triton kernels' default), else ``wgmma`` (the wgmma
+    kernel's config), and the wgmma kernel with half and twice the steps (``wgmma_steps<n>``). Variants of the Triton kernels' default: its
     merge as a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), bf16
     split partials (``_bf16``), other step counts (``_steps<n>``); where it is the one-step
     64-key layout, one-step 32-key splits at 8 and 4 warps (also with the merge as a dependent
@@ -184,15 +183,16 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
             out[f"n32_w{warps}_steps1_pdl"] = dataclasses.replace(c, pdl=True)
     else:
         out["block_n64"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_n=64)
-    if out["ours"].wgmma:  # Hopper: the wgmma kernel (session 11)
+    if is_hopper(torch.device("cuda")):  # the wgmma kernel (session 11)
         wg = out["ours"]
+        if not wg.wgmma:  # the one-step layout's cells: the wgmma kernel beside it
+            wg = out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
         for st in sorted({max(wg.w_steps, wg.c_steps) * 2, max(wg.w_steps, wg.c_steps) // 2}
                          - {0}):
             c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,
-                                            wgmma=wg.wgmma)
+                                            wgmma=True)
             if c.n_split > 1:
                 out[f"wgmma_steps{st}"] = c
-        out[f"wgmma_tiles{3 - wg.wgmma}"] = dataclasses.replace(wg, wgmma=3 - wg.wgmma)
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     return out

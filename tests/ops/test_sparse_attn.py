@@ -298,7 +298,7 @@ def _bad(inp, **over):
                                                                     dim_split=2)),
      "config: dim_split 2 needs"),
     ("wgmma head dim", lambda i: dict(config=dataclasses.replace(
-        SparseAttnConfig.with_steps(16, 16, 1, 4, 4, num_warps=4), wgmma=2)),
+        SparseAttnConfig.with_steps(16, 16, 1, 4, 4, num_warps=4), wgmma=True)),
      "config: wgmma: needs head dim 512"),
 ])
 def test_bad_arguments(name, make, match, device):
@@ -360,16 +360,15 @@ WGMMA_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", [1, 2])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=lambda c: c.id)
-def test_gpu_wgmma(case, tiles):
-    """The Hopper wgmma kernel (``config.wgmma``: 1 or 2 key tiles) against the twin: window
-    and index-list splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads."""
+def test_gpu_wgmma(case):
+    """The Hopper wgmma kernel (``config.wgmma``) against the twin: window and index-list
+    splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads."""
     if not is_hopper(torch.device("cuda")):
         pytest.skip("wgmma: Hopper only")
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    check(inp, config=wgmma_config(t, h, 128, case.n_sel, tiles=tiles))
+    check(inp, config=wgmma_config(t, h, 128, case.n_sel))
 
 
 @pytest.mark.gpu
@@ -572,11 +571,11 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
                                                                   ws_acc_ptr=acc)
 # the Hopper wgmma kernel (Gluon) at the 8-warp config, with and without an index list
 from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
-for rows, n_sel, tiles in ((48, 512, 2), (192, 512, 2), (48, 0, 2), (192, 512, 1)):
-    cfg = wgmma_config(rows, 16, 128, n_sel, tiles=tiles)
+for rows, n_sel in ((48, 512), (192, 512), (48, 0)):
+    cfg = wgmma_config(rows, 16, 128, n_sel)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
-                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, K_BUFS=tiles)
-    out[f"wgmma{tiles}-{rows}-K{n_sel}"] = build(G._wgmma_attn_kernel, const, cfg.num_warps)
+                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0)
+    out[f"wgmma-{rows}-K{n_sel}"] = build(G._wgmma_attn_kernel, const, cfg.num_warps)
 print(json.dumps(out))
 '''
 

@@ -3,29 +3,35 @@
 ``_wgmma_attn_kernel`` computes the same split partials as ``_triton._sparse_attn_kernel``
 (grid ``(n_split, head blocks, rows)``, 16 heads a CTA, partials ``(m, l, acc)`` in the
 workspace, merged by ``_triton._merge_kernel``), with both products on warpgroup MMAs and the
-keys in the MMA's M, 64 keys a step, one warpgroup (4 warps) a CTA:
+keys in the MMA's M, 64 keys a step, 8 warps (two warpgroups), one CTA a SM:
 
-- ``S^T [64 keys, 16 heads] = K Q^T``: A = the step's key tile ``k_s`` (bf16 ``[64, 512]`` in
-  shared memory, 128-byte swizzle), B = the row's queries ``q_s`` (``[16, 512]``, stored once).
+- ``S^T [64 keys, 16 heads] = K Q^T``: A = the step's key tile (bf16 ``[64, 512]`` in shared
+  memory, 128-byte swizzle), B = the row's queries ``q_s`` (``[16, 512]``, stored once); each
+  warpgroup computes 8 of the heads.
 - ``acc^T [512, 16] += K^T P^T``: A = the same tile through a transposed descriptor (wgmma
-  reads 16-bit operands in either major order), B = ``P^T`` (``p_s``, bf16 ``[64, 16]``).
+  reads 16-bit operands in either major order), B = ``P^T`` (``p_s``, bf16 ``[64, 16]``); each
+  warpgroup accumulates 256 of the dims.
 
 So each key is dequantised once, into shared memory, and read by the tensor cores only: no
 ``ldmatrix`` round trips of the tile, no copy of q in every warp, and M = 64 keys instead of
 16 heads (wgmma's M is 64 a warpgroup; with heads in M, 16 of 64 rows would be real).
 
+Pipeline: the raw records of step i + 3 are copied by ``cp.async`` into one of two staging
+stages (zero-filled where masked) while step i computes; the index -> block table chain runs
+ahead of the copies. Two key tiles: step i's S^T wgmma is issued asynchronously and the warps
+dequantise step i + 1 into the other tile meanwhile; then the online softmax (log2 domain;
+``l`` kept per key and summed after the last step, so the only cross-warp reduction a step is
+the max) and the PV wgmma. The FP8 window records dequantise as in the Triton kernel (dim
+order); the NVFP4 records in PTX (``_FP4_ASM``), even dims into columns 0..255 and odd dims
+into 256..511 (q stored in the same order, the partial rows put back in dim order), as keys x
+2^-8 (``_triton.FP4_TILE_SCALE``), folded back into the score scale and acc. Shared memory
+214 KB, 127 registers (ptxas, sm_90a).
+
 Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), because
 Triton's own pass picks ``mma.sync`` or spills for these shapes (docs/kernels/sparse_attn.md,
-"Tried offline"). Gluon has no interpreter, so the CPU suite only compiles this kernel for
-sm_90a (``tests/ops/test_sparse_attn.py``); the comparisons with the twin are GPU tests.
-
-Per step: the CTA waits at a barrier until the previous step's wgmmas are done with ``k_s``,
-dequantises the records loaded during the previous step into ``k_s`` (4 chunks of 128 dims for
-the FP8 window records; even dims then odd dims for the NVFP4 records, as the Triton kernel's
-``fp4_pairs``, with q permuted the same way), issues the next step's record loads, then runs
-the two wgmmas around the online softmax (log2 domain; ``l`` kept per key and summed after the
-last step, so that the only cross-warp reduction a step is the max). The NVFP4 tiles hold the
-keys x 2^-8 (``_triton.FP4_TILE_SCALE``), folded back into the score scale and acc.
+"Tried offline" and "Session 11"). Gluon has no interpreter, so the CPU suite only compiles
+this kernel for sm_90a (``tests/ops/test_sparse_attn.py``); the comparisons with the twin are
+GPU tests. Blackwell (sm_100) has no wgmma: there the Triton kernels run.
 """
 
 from __future__ import annotations
@@ -55,18 +61,6 @@ def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, PAIRS: gl.constexpr):
     if PAIRS:
         q = q.reshape([16, D // 2, 2]).permute(0, 2, 1).reshape([16, D])
     q_s.store(q)
-
-
-@gluon.jit
-def _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s: gl.constexpr,
-            mma_o: gl.constexpr):
-    """One step's products and online softmax on the tile in ``k_s`` (valid: [64] keys).
-    S^T is computed by the two warpgroups as two 8-head halves (``mma_s``), acc^T as two
-    256-dim halves (``mma_o``). The caller has fenced the tile's stores (generic proxy) for
-    the wgmmas' reads (async proxy) and passed a CTA barrier since."""
-    s = warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([64, 16], gl.float32, mma_s),
-                      use_acc=False)
-    return _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o)
 
 
 @gluon.jit
@@ -170,38 +164,12 @@ def _window_dequant(k_s, codes_s, sc_s, D: gl.constexpr):
 
 
 @gluon.jit
-def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, h0, n_heads,
-                  slot, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
-                  D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
-                  mma_o: gl.constexpr):
-    _window_copy(win_ptr, raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), slot, pos,
-                 win_ok, w_i0, w_hi, ring, WINDOW, D)
-    _window_copy(win_ptr, raw_s.index(1), rsc_s.index(1).slice(0, D // 32, dim=1), slot, pos,
-                 win_ok, w_i0 + 64, w_hi, ring, WINDOW, D)
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, False)  # during the records' round trip
-    for it in range(W_STEPS):
-        st = it % 2
-        async_copy.wait_group(1)  # this thread's copies of step it have landed
-        gl.thread_barrier()  # everyone's, and the previous step's wgmmas are done with k_s
-        _window_dequant(k_s, raw_s.index(st), rsc_s.index(st).slice(0, D // 32, dim=1), D)
-        fence_async_shared()
-        gl.thread_barrier()  # the tile is complete and the stage read: refill it
-        _window_copy(win_ptr, raw_s.index(st), rsc_s.index(st).slice(0, D // 32, dim=1), slot,
-                     pos, win_ok, w_i0 + (it + 2) * 64, w_hi, ring, WINDOW, D)
-        _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
-                                gl.SliceLayout(1, mma_s))
-        m_i, l_i, acc = _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s, mma_o)
-    async_copy.wait_group(0)
-    return m_i, l_i, acc
-
-
-@gluon.jit
-def _window_split2(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, h0,
+def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, h0,
                    n_heads, slot, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
                    D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
                    mma_o: gl.constexpr):
-    """``_window_split`` with two key tiles (``k_s[2]``): step i's S^T wgmma runs while the
-    warps dequantise step i + 1 into the other tile."""
+    """Window keys ``w_i0 .. w_hi`` of one row -> (m, l, acc^T). Two key tiles (``k_s[2]``):
+    step i's S^T wgmma runs while the warps dequantise step i + 1 into the other tile."""
     _window_copy(win_ptr, raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), slot, pos,
                  win_ok, w_i0, w_hi, ring, WINDOW, D)
     _window_copy(win_ptr, raw_s.index(1), rsc_s.index(1).slice(0, D // 32, dim=1), slot, pos,
@@ -342,53 +310,11 @@ def _fp4_dequant(k_s, packed_s, sc_s, D: gl.constexpr):
 
 @gluon.jit
 def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
-                      acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages, max_pages,
-                      qk_scale, D: gl.constexpr, PAGE: gl.constexpr, C_STEPS: gl.constexpr,
-                      mma_s: gl.constexpr, mma_o: gl.constexpr):
-    # the chain index -> page -> copy runs four / three / two steps ahead
-    j = _index(idx_ptr, row, c_0, c_hi, k_sel)
-    j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
-    j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
-    j3 = _index(idx_ptr, row, c_0 + 192, c_hi, k_sel)
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, True)  # during the chain's round trips
-    page = _page(bt_ptr, j, slot, sel_ok, max_pages, PAGE)
-    page1 = _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE)
-    page2 = _page(bt_ptr, j2, slot, sel_ok, max_pages, PAGE)
-    rec, valid = _rec(j, page, n_pages, D, PAGE)
-    _fp4_copy(comp_ptr, raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), rec, valid, D)
-    rec1, valid1 = _rec(j1, page1, n_pages, D, PAGE)
-    _fp4_copy(comp_ptr, raw_s.index(1).slice(0, D // 2, dim=1), rsc_s.index(1), rec1, valid1,
-              D)
-    for it in range(C_STEPS):
-        st = it % 2
-        j4 = _index(idx_ptr, row, c_0 + (it + 4) * 64, c_hi, k_sel)
-        page3 = _page(bt_ptr, j3, slot, sel_ok, max_pages, PAGE)
-        async_copy.wait_group(1)  # this thread's copies of step it have landed
-        gl.thread_barrier()  # everyone's, and the previous step's wgmmas are done with k_s
-        _fp4_dequant(k_s, raw_s.index(st).slice(0, D // 2, dim=1), rsc_s.index(st), D)
-        fence_async_shared()
-        gl.thread_barrier()  # the tile is complete and the stage read: refill it
-        rec2, valid2 = _rec(j2, page2, n_pages, D, PAGE)
-        _fp4_copy(comp_ptr, raw_s.index(st).slice(0, D // 2, dim=1), rsc_s.index(st), rec2,
-                  valid2, D)
-        m_i, l_i, acc = _attend(k_s, q_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_s, mma_o)
-        valid = valid1
-        valid1 = valid2
-        j2 = j3
-        page2 = page3
-        j3 = j4
-    async_copy.wait_group(0)
-    return m_i, l_i, acc
-
-
-@gluon.jit
-def _compressed_split2(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
                        acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
                        max_pages, qk_scale, D: gl.constexpr, PAGE: gl.constexpr,
                        C_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
-    """``_compressed_split`` with two key tiles (``k_s[2]``): step i's S^T wgmma runs while the
-    warps dequantise step i + 1 into the other tile. The chain index -> page -> copy runs
-    five / four / three steps ahead of the products."""
+    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc^T), as ``_window_split``.
+    The chain index -> page -> copy runs five / four / three steps ahead of the products."""
     j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
     j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
     j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
@@ -444,13 +370,11 @@ def _wgmma_attn_kernel(
     qk_scale,  # softmax scale * log2(e)
     WINDOW: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, W_STEPS: gl.constexpr,
     N_WSPLIT: gl.constexpr, C_STEPS: gl.constexpr, N_SPLIT: gl.constexpr,
-    HAS_SEL: gl.constexpr, K_BUFS: gl.constexpr,
+    HAS_SEL: gl.constexpr,
 ):
     """Split ``program_id(0)`` of (row ``program_id(2)``, head block ``program_id(1)``) ->
     its partial (m, l, acc) rows of the workspace (the Triton kernel's layout: row
-    ``(group * N_SPLIT + split) * 16 + head``, group = row x head blocks + head block).
-    K_BUFS: 1 key tile (each step's dequantisation, then its products) or 2 (step i + 1's
-    dequantisation beside step i's S^T wgmma)."""
+    ``(group * N_SPLIT + split) * 16 + head``, group = row x head blocks + head block)."""
     WG: gl.constexpr = gl.num_warps() // 4  # warpgroups: S^T split by heads, acc^T by dims
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
                                                     instr_shape=[16, 16 // WG, 16])
@@ -468,7 +392,7 @@ def _wgmma_attn_kernel(
     slot = gl.load(slot_ptr + row)
     win_ok = (slot >= 0) & (slot < n_slots)
     sel_ok = (slot >= 0) & (slot < n_bt_slots)
-    k_s = gl.allocate_shared_memory(gl.bfloat16, [K_BUFS, 64, D], k_l)  # key tiles
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [2, 64, D], k_l)  # two key tiles
     q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], k_l)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
     # two staging stages of raw records: window codes / NVFP4 packed bytes, and their scales
@@ -483,30 +407,17 @@ def _wgmma_attn_kernel(
     if is_win:
         w_i0 = pid_s * (W_STEPS * 64)
         w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
-        if K_BUFS == 2:
-            m_i, l_i, acc = _window_split2(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i,
-                                           l_i, acc, row, pid_h * 16, n_heads, slot_w, pos,
-                                           win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D,
-                                           W_STEPS, mma_s, mma_o)
-        else:
-            m_i, l_i, acc = _window_split(q_ptr, win_ptr, k_s.index(0), q_s, p_s, raw_s, rsc_s,
-                                          m_i, l_i, acc, row, pid_h * 16, n_heads, slot_w, pos,
-                                          win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D,
-                                          W_STEPS, mma_s, mma_o)
+        m_i, l_i, acc = _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
+                                      acc, row, pid_h * 16, n_heads, slot_w, pos, win_ok, w_i0,
+                                      w_hi, ring, qk_scale, WINDOW, D, W_STEPS, mma_s, mma_o)
     else:
         if HAS_SEL:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
             c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
-            if K_BUFS == 2:
-                m_i, l_i, acc = _compressed_split2(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
-                    acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages,
-                    max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
-            else:
-                m_i, l_i, acc = _compressed_split(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s.index(0), q_s, p_s, raw_s, rsc_s,
-                    m_i, l_i, acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel,
-                    n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
+            m_i, l_i, acc = _compressed_split(
+                q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc,
+                row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages, max_pages,
+                qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
     group = row * gl.num_programs(1) + pid_h
     base = (group * N_SPLIT + pid_s) * 16
     # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte

@@ -61,12 +61,10 @@ class SparseAttnConfig:
     # written by the splits and read by the merge (31 of ~35 MB at 32 x 6 rows x 16 heads);
     # each partial rounded once to bf16 (relative 2^-9, as the bf16 P of the P K product)
     partials_bf16: bool = False
-    # 0: the Triton kernels. 1 or 2, Hopper only (sm_90): the splits run
-    # ``_gluon._wgmma_attn_kernel`` (both products on warpgroup MMAs, keys in M) with that many
-    # key tiles in shared memory (2: step i + 1 dequantised beside step i's S^T wgmma); needs
-    # block_h 16, block_n 64, D 512, several splits, fp32 partials and the merge kernel
-    # (``wgmma_config`` builds one)
-    wgmma: int = 0
+    # Hopper only (sm_90): the splits run ``_gluon._wgmma_attn_kernel`` (both products on
+    # warpgroup MMAs, keys in M); needs block_h 16, block_n 64, D 512, several splits, fp32
+    # partials and the merge kernel (``wgmma_config`` builds one)
+    wgmma: bool = False
 
     @property
     def n_split(self) -> int:
@@ -120,8 +118,6 @@ class SparseAttnConfig:
         """Why this ``wgmma`` config cannot run at ``head_dim`` (None: it can, or not wgmma)."""
         if not self.wgmma:
             return None
-        if self.wgmma not in (1, 2):
-            return f"wgmma: 1 or 2 key tiles, got {self.wgmma}"
         if head_dim != 512:
             return f"wgmma: needs head dim 512, got {head_dim}"
         if (self.block_h, self.block_n, self.dim_split) != (16, 64, 1):
@@ -139,10 +135,10 @@ class SparseAttnConfig:
         return ds == 1 or (ds >= 2 and ds & (ds - 1) == 0 and head_dim // ds >= 32)
 
 
-def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int = 132,
-                 tiles: int = 2) -> SparseAttnConfig:
+def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
+                 sm_count: int = 132) -> SparseAttnConfig:
     """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, 8 warps, one CTA a SM
-    (193 registers, 150 KB of shared memory), split by the ``_steps`` rule, then twice the
+    (127 registers, 214 KB of shared memory), split by the ``_steps`` rule, then twice the
     steps from two waves (session 11, H200: a split's prologue (q, the index -> page chain,
     the first copies) is not overlapped by another CTA on its SM, so fewer, longer splits pay:
     32 x 6 x 16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57
@@ -156,7 +152,7 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int =
                                           n_sel, num_warps=8)
     if cfg.n_split < 2:
         cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    return replace(cfg, wgmma=tiles)
+    return replace(cfg, wgmma=True)
 
 
 def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
