@@ -32,7 +32,7 @@ from dsv4_decode.ops.sparse_attn import (
     sparse_attn_ref,
 )
 from dsv4_decode.ops.sparse_attn.config import pick_default
-from dsv4_decode.utils.device import sm_count
+from dsv4_decode.utils.device import is_hopper, sm_count
 
 D, ROPE, WINDOW, SELECTED, PAGE = 512, 64, 128, 512, 64
 ENTRIES = 4096  # compressed entries per request (indices are drawn among them)
@@ -153,13 +153,14 @@ SWEEP_CASES = [(1, 6, 16), (8, 6, 16), (32, 6, 16), (1, 6, 64), (32, 6, 64), (1,
 def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
     wgmma kernel, ``ours_triton`` (the Triton kernels' default), else ``wgmma`` (the wgmma
-    kernel's config), and the wgmma kernel with half and twice the steps (``wgmma_steps<n>``). Variants of the Triton kernels' default: its
-    merge as a programmatic dependent launch (``_pdl``) or by the last CTA (``_fused``), bf16
-    split partials (``_bf16``), other step counts (``_steps<n>``); where it is the one-step
-    64-key layout, one-step 32-key splits at 8 and 4 warps (also with the merge as a dependent
-    launch), else ``block_n64`` split by the rule; ``block_h32`` (two 32-head blocks) where
-    there are >= 32 heads. (Session 11 also swept the 4-warp layout capped at 168 / 128
-    registers: slower everywhere, docs/kernels/sparse_attn.md.)"""
+    kernel's config), and the wgmma kernel with half and twice the steps
+    (``wgmma_steps<n>``). Variants of the Triton kernels' default: its merge as a programmatic
+    dependent launch (``_pdl``) or by the last CTA (``_fused``), bf16 split partials
+    (``_bf16``), other step counts (``_steps<n>``); where it is the one-step 64-key layout,
+    one-step 32-key splits at 8 and 4 warps (also with the merge as a dependent launch), else
+    ``block_n64`` split by the rule; ``block_h32`` (two 32-head blocks) where there are >= 32
+    heads. (Session 11 also swept the 4-warp layout capped at 168 / 128 registers: slower
+    everywhere, docs/kernels/sparse_attn.md.)"""
     out = {"ours": pick_config(rows, heads, D, WINDOW, SELECTED)}
     # the variants below are of the Triton kernels' default (``ours_triton`` where ours is the
     # wgmma kernel)
