@@ -30,6 +30,7 @@ from dsv4_decode.ops.sparse_attn import (
     rope_tables,
     sparse_attn,
     sparse_attn_ref,
+    wgmma_config,
 )
 from dsv4_decode.ops.sparse_attn.config import pick_default
 from dsv4_decode.utils.device import is_hopper, sm_count
