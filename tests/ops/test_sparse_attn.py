@@ -423,8 +423,8 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
     requests = {"one_step": 1, "one_step_pdl": 1, "wgmma": 16}.get(merge, 4)
     inp = Inputs(Case(requests, 6, 16, 512, **PROD), dev)
     t = inp.q.shape[0]
-    if requests == 1:
-        cfg = pick_config(t, 16, 512, 128, 512)
+    if requests == 1:  # the Triton one-step layout (PDL variants)
+        cfg = pick_default(t, 16, 512, 128, 512)
         assert cfg.c_steps == cfg.w_steps == 1 and cfg.n_split > 1, cfg
     elif merge == "wgmma":
         cfg = wgmma_config(t, 16, 128, 512)

@@ -138,15 +138,21 @@ class SparseAttnConfig:
 def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
                  sm_count: int = 132) -> SparseAttnConfig:
     """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, 8 warps, one CTA a SM
-    (127 registers, 214 KB of shared memory), split by the ``_steps`` rule, then twice the
-    steps from two waves (session 11, H200: a split's prologue (q, the index -> page chain,
-    the first copies) is not overlapped by another CTA on its SM, so fewer, longer splits pay:
-    32 x 6 x 16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57
-    against 69.61; at 8 x 6 x 16 (1.8 waves) 28.90 against 23.78); never fewer than two
-    splits (there is no in-place finalisation on that path)."""
+    (127 registers, 214 KB of shared memory). Where one-step splits (one per 64 keys) fit one
+    wave, those (session 11, H200, same process: 1 x 6 x 16 8.58 us against 11.85 for the rule
+    below and 10.51 for the Triton one-step layout; 2 x 6 x 16 10.06 / 12.84 / 13.71; 1 x 1 x
+    16 8.41 / 11.56 / 10.23); else the ``_steps`` rule, then twice the steps from two waves (a
+    split's prologue (q, the index -> page chain, the first copies) is not overlapped by
+    another CTA on its SM, so fewer, longer splits pay: 32 x 6 x 16 68.73 against 71.48 us,
+    16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57 against 69.61; at 8 x 6 x 16 (1.8
+    waves) 28.90 against 23.78, and one-step splits 29.50); never fewer than two splits (there
+    is no in-place finalisation on that path)."""
+    groups = rows * -(-heads // 16)
+    one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
+    if groups * one.n_split <= sm_count:
+        return replace(one, wgmma=True)
     cfg = SparseAttnConfig.pick(rows, heads, 512, window, n_sel, sm_count, block_n=64,
                                 num_warps=8)
-    groups = rows * -(-heads // 16)
     if groups * cfg.n_split >= 2 * sm_count:
         cfg = SparseAttnConfig.with_steps(16, 64, 2 * max(cfg.w_steps, cfg.c_steps), window,
                                           n_sel, num_warps=8)
@@ -173,19 +179,19 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
     -0.26 us at 1 x 1 x 16 / 1 x 1 x 64 / 2 x 1 x 16 / 1 x 6 x 16 / 2 x 6 x 16, and +0.23 to
     +0.29 us on the other layouts (8 and 32 x 6 x 16, 1 x 6 x 64, 32 x 1 x 16).
 
-    ``wgmma`` (a Hopper GPU, ``api.pick_config``): beyond the one-step layout, the wgmma
-    kernel (``wgmma_config``; session 11)."""
+    ``wgmma`` (a Hopper GPU, ``api.pick_config``): the wgmma kernel at every shape
+    (``wgmma_config``; session 11: faster than every Triton layout in all 24 cells measured)."""
     if head_dim >= 256:
         groups = rows * -(-heads // 16)
         # session 7: with the merge as a programmatic dependent launch (its position / RoPE /
         # sink loads overlap the attention kernel): 1 x 1 x 16 10.55 against 11.05 us, 1 x 1
         # x 64 10.92 against 11.62, 1 x 6 x 16 11.21 against 11.68, 2 x 1 x 16 10.68 / 11.29
+        if wgmma and head_dim == 512:
+            return wgmma_config(rows, heads, window, n_sel, sm_count)
         one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8, pdl=True,
                                           pdl_entry=True)
         if groups * one.n_split <= one.ctas_per_sm * sm_count:
             return one
-        if wgmma and head_dim == 512:
-            return wgmma_config(rows, heads, window, n_sel, sm_count)
         # session 5: the block_n64 layout split by the rule, where that fits one wave, beat
         # the 4-warp rule at 24 and 32 head groups (4 x 6 x 16: 17.18 against 22.75 us, 1 x 6
         # x 64: 16.30 against 22.50, 32 x 1 x 16: 21.62 against 23.25) but not at 16 (16 x 1
