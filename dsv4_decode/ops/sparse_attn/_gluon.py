@@ -259,35 +259,20 @@ def _fp4_copy(comp_ptr, packed_s, sc_s, rec, valid, D: gl.constexpr):
 # multiply by scale x 2^118 (exact: at most 6 significant bits, >= 2^-18) gives value x scale
 # x 2^-8, as ``_triton._compressed_dequant_pairs`` (fp32 there): about 2.75 instructions a
 # value against 5.4.
-_FP4_ASM = gl.constexpr("""{
-.reg .b32 x, y, t, u;
-prmt.b32 x, $4, 0, 0x4140;
-prmt.b32 y, $4, 0, 0x4342;
-shl.b32 t, x, 6;
-and.b32 t, t, 0x01C001C0;
-shl.b32 u, x, 12;
-and.b32 u, u, 0x80008000;
-or.b32 t, t, u;
-mul.rn.bf16x2 $0, t, $5;
-shl.b32 t, y, 6;
-and.b32 t, t, 0x01C001C0;
-shl.b32 u, y, 12;
-and.b32 u, u, 0x80008000;
-or.b32 t, t, u;
-mul.rn.bf16x2 $1, t, $6;
-shl.b32 t, x, 2;
-and.b32 t, t, 0x01C001C0;
-shl.b32 u, x, 8;
-and.b32 u, u, 0x80008000;
-or.b32 t, t, u;
-mul.rn.bf16x2 $2, t, $5;
-shl.b32 t, y, 2;
-and.b32 t, t, 0x01C001C0;
-shl.b32 u, y, 8;
-and.b32 u, u, 0x80008000;
-or.b32 t, t, u;
-mul.rn.bf16x2 $3, t, $6;
-}""")
+def _fp4_pair_ptx(dst: str, src: str, shift: int, scale: str) -> str:
+    """PTX for one bf16 pair: the nibbles at bits ``shift - 6 ..`` of both halves of ``src``
+    (sign 6 bits higher) -> bits 15, 8..6 of each half, times ``scale``."""
+    return (f"shl.b32 t, {src}, {shift}; and.b32 t, t, 0x01C001C0; "
+            f"shl.b32 u, {src}, {shift + 6}; and.b32 u, u, 0x80008000; or.b32 t, t, u; "
+            f"mul.rn.bf16x2 {dst}, t, {scale};")
+
+
+# $0, $1: the even dims of bytes 0-1 and 2-3 (low nibbles), $2, $3: the odd dims (high
+# nibbles); $4: the four packed bytes; $5, $6: the scale pairs
+_FP4_ASM = gl.constexpr(
+    "{ .reg .b32 x, y, t, u; prmt.b32 x, $4, 0, 0x4140; prmt.b32 y, $4, 0, 0x4342; "
+    + _fp4_pair_ptx("$0", "x", 6, "$5") + _fp4_pair_ptx("$1", "y", 6, "$6")
+    + _fp4_pair_ptx("$2", "x", 2, "$5") + _fp4_pair_ptx("$3", "y", 2, "$6") + " }")
 
 
 @gluon.jit
