@@ -45,9 +45,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-BLOCK_N = 64  # keys a step: wgmma's M for one warpgroup
-BLOCK_H = 16
-
 
 @gluon.jit
 def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, PAIRS: gl.constexpr):
@@ -91,9 +88,10 @@ def _scores_async(k_s, q_s, mma_s: gl.constexpr):
 
 
 # ----------------------------------------------------------------------------- staging
-# The records of step i + 2 are copied (cp.async, zero-filled where masked) into one of two
-# staging stages while step i computes: no registers held for them, two steps of latency
-# hidden. Plain row-major staging; the dequantising reads are 16 / 8 contiguous bytes a thread.
+# The records of step i + 3 are copied (cp.async, zero-filled where masked) into one of two
+# staging stages while step i computes (step i + 1 is dequantised meanwhile): no registers
+# held for them, two steps of latency hidden. Plain row-major staging; the dequantising reads
+# are 16 / 8 contiguous bytes a thread.
 @gluon.constexpr_function
 def _copy_layout(vec, rows_a_warp, warps):
     """Copies of ``[64, cols]`` bytes, ``vec`` contiguous bytes a thread."""
@@ -101,13 +99,9 @@ def _copy_layout(vec, rows_a_warp, warps):
 
 
 @gluon.constexpr_function
-def _staging(cols):
+def _staging():
+    """Plain row-major shared memory (the stage index first)."""
     return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-
-
-@gluon.jit
-def _issue(dst_s, ptrs, mask):
-    async_copy.async_copy_global_to_shared(dst_s, ptrs, mask=mask)
 
 
 # ----------------------------------------------------------------------------- window (FP8)
@@ -139,13 +133,15 @@ def _window_copy(win_ptr, codes_s, sc_s, slot, pos, win_ok, i0, i_hi, ring,
     rec, valid = _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
                               gl.SliceLayout(1, cl))
     cols = gl.arange(0, D, layout=gl.SliceLayout(0, cl))
-    _issue(codes_s, win_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(cols, 0),
-           gl.expand_dims(valid, 1))
+    async_copy.async_copy_global_to_shared(
+        codes_s, win_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(cols, 0),
+        mask=gl.expand_dims(valid, 1))
     rec, valid = _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
                               gl.SliceLayout(1, sl))
     cols = gl.arange(0, D // 32, layout=gl.SliceLayout(0, sl))
-    _issue(sc_s, win_ptr + gl.expand_dims(rec + D, 1) + gl.expand_dims(cols, 0),
-           gl.expand_dims(valid, 1))
+    async_copy.async_copy_global_to_shared(
+        sc_s, win_ptr + gl.expand_dims(rec + D, 1) + gl.expand_dims(cols, 0),
+        mask=gl.expand_dims(valid, 1))
     async_copy.commit_group()
 
 
@@ -243,13 +239,15 @@ def _fp4_copy(comp_ptr, packed_s, sc_s, rec, valid, D: gl.constexpr):
     cl: gl.constexpr = _copy_layout(16, 4, gl.num_warps())
     sl: gl.constexpr = _copy_layout(4, 4, gl.num_warps())  # the same rows a thread as cl
     cols = gl.arange(0, D // 2, layout=gl.SliceLayout(0, cl))
-    _issue(packed_s, comp_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(cols, 0),
-           gl.expand_dims(valid, 1))
+    async_copy.async_copy_global_to_shared(
+        packed_s, comp_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(cols, 0),
+        mask=gl.expand_dims(valid, 1))
     rec_s = gl.convert_layout(rec, gl.SliceLayout(1, sl), assert_trivial=True)
     valid_s = gl.convert_layout(valid, gl.SliceLayout(1, sl), assert_trivial=True)
     cols = gl.arange(0, D // 16, layout=gl.SliceLayout(0, sl))
-    _issue(sc_s, comp_ptr + gl.expand_dims(rec_s + D // 2, 1) + gl.expand_dims(cols, 0),
-           gl.expand_dims(valid_s, 1))
+    async_copy.async_copy_global_to_shared(
+        sc_s, comp_ptr + gl.expand_dims(rec_s + D // 2, 1) + gl.expand_dims(cols, 0),
+        mask=gl.expand_dims(valid_s, 1))
     async_copy.commit_group()
 
 
@@ -381,8 +379,8 @@ def _wgmma_attn_kernel(
     q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], k_l)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
     # two staging stages of raw records: window codes / NVFP4 packed bytes, and their scales
-    raw_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D], _staging(D))
-    rsc_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D // 16], _staging(D // 16))
+    raw_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D], _staging())
+    rsc_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D // 16], _staging())
     m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma_s))
     l_i = gl.zeros([64, 16], gl.float32, mma_s)
     acc = gl.zeros([D, 16], gl.float32, mma_o)
