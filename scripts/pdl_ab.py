@@ -5,8 +5,10 @@
 For each cell it times ``pdl`` then plain launches, twice, alternated (CUDA graph of 20 calls,
 median of 20 replays, as the benchmarks), and checks that both give the same output bitwise.
 topk: ``_triton.launch(..., pdl=)`` (every kernel of the call a dependent launch) on k = 512
-cells; blocks: ``_radix.launch(..., pdl=)``; sparse: the default config with and without
-``pdl_entry`` (the attention kernel a dependent launch; the merge keeps the default's rule).
+cells; blocks: ``_radix.launch(..., pdl=)``; sparse: the Triton kernels' default config with
+and without ``pdl_entry`` (the attention kernel a dependent launch; the merge keeps the
+default's rule), then on Hopper the wgmma kernel's config with ``pdl`` and ``pdl_entry`` both
+on and both off (session 11: prepared, not yet run).
 Prints one line a cell: on / off / on / off and the mean difference. No CSV.
 
 The rules that session 10 took from its run 1 apply on both sides now, so a rerun is not run
@@ -23,9 +25,10 @@ import torch
 from dsv4_decode.bench import sparse_attn as SB
 from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import graph_time_us
-from dsv4_decode.ops.sparse_attn import make_workspace, sparse_attn
+from dsv4_decode.ops.sparse_attn import make_workspace, sparse_attn, wgmma_config
 from dsv4_decode.ops.sparse_attn.config import pick_default
 from dsv4_decode.ops.topk import _radix, _triton, make_topk_workspace
+from dsv4_decode.utils.device import is_hopper
 
 TOPK_CELLS = [(1, 65536, "all"), (1, 65536, "1/8"), (6, 65536, "all"), (12, 65536, "all"),
               (24, 65536, "all"), (48, 65536, "1/8"), (64, 65536, "1/8"), (1, 262144, "1/8"),
@@ -75,12 +78,14 @@ def topk_cell(rows, cols, valid, block=1) -> None:
     ab(f"topk {rows}x{cols}x{valid}{mode}", make_fn, check)
 
 
-def sparse_case(requests, q_len, heads) -> None:
+def sparse_case(requests, q_len, heads, kernel="triton") -> None:
     inp = SB.Inputs(requests, q_len, heads, SB.SELECTED, SB.CALLS)
-    # the Triton kernels' default (the wgmma kernel, the Hopper default from 4 x 6 x 16 since
-    # session 11, has no dependent launch)
-    cfg = pick_default(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED)
-    cfgs = {f: dataclasses.replace(cfg, pdl_entry=f) for f in (True, False)}
+    if kernel == "wgmma":  # the Hopper default (session 11): both flags on against both off
+        cfg = wgmma_config(inp.rows, heads, SB.WINDOW, SB.SELECTED)
+        cfgs = {f: dataclasses.replace(cfg, pdl=f, pdl_entry=f) for f in (True, False)}
+    else:  # the Triton kernels' default: pdl_entry on against off
+        cfg = pick_default(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED)
+        cfgs = {f: dataclasses.replace(cfg, pdl_entry=f) for f in (True, False)}
     wss = {f: make_workspace(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED, "cuda", c)
            for f, c in cfgs.items()}
     outs = {f: [torch.empty_like(s["out"]) for s in inp.sets] for f in (True, False)}
@@ -102,7 +107,7 @@ def sparse_case(requests, q_len, heads) -> None:
             call(flag, 0)
         return torch.equal(outs[True][0], outs[False][0])
 
-    ab(f"sparse {requests}x{q_len}x{heads}", make_fn, check)
+    ab(f"sparse {kernel} {requests}x{q_len}x{heads}", make_fn, check)
 
 
 def main(argv) -> None:
@@ -111,6 +116,9 @@ def main(argv) -> None:
     if "sparse" in parts:
         for case in SPARSE_CASES:
             sparse_case(*case)
+        if is_hopper(torch.device("cuda")):
+            for case in SPARSE_CASES:
+                sparse_case(*case, kernel="wgmma")
     if "topk" in parts:
         for cell in TOPK_CELLS:
             topk_cell(*cell)

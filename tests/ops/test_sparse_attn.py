@@ -383,12 +383,20 @@ def test_gpu_partials_bf16(case):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["triton", "wgmma"])
 @pytest.mark.parametrize("case", LAYOUT_CASES[:2], ids=lambda c: c.id)
-def test_gpu_merge_pdl(case):
-    """The merge kernel as a programmatic dependent launch (waits for the partials)."""
+def test_gpu_merge_pdl(case, kernel):
+    """The merge kernel as a programmatic dependent launch (waits for the partials), after
+    the Triton kernels' default or the wgmma kernel (Hopper)."""
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    check(inp, config=dataclasses.replace(pick_default(t, h, 512, 128, case.n_sel), pdl=True))
+    if kernel == "wgmma":
+        if not is_hopper(inp.q.device):
+            pytest.skip("wgmma: Hopper only")
+        cfg = wgmma_config(t, h, 128, case.n_sel)
+    else:
+        cfg = pick_default(t, h, 512, 128, case.n_sel)
+    check(inp, config=dataclasses.replace(cfg, pdl=True))
 
 
 @pytest.mark.gpu
@@ -452,15 +460,19 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["triton", "wgmma"])
 @pytest.mark.parametrize("requests", [1, 8])
-def test_gpu_pdl_inputs_written_in_graph(requests):
+def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
     """The attention kernel as a programmatic dependent launch (``pdl_entry``, sm_90+): here
     kernels inside the graph write q, the positions and the index lists just before the call,
-    so reading any of them before the wait would see the previous replay's set. 1 request:
-    the one-step layout (its default; the merge is a dependent launch too); 8: the 4-warp
-    multi-step one (not its default: measured slower). Four
-    replays alternating two input sets, each against the twin."""
+    so reading any of them before the wait would see the previous replay's set. Triton, 1
+    request: the one-step layout (its default; the merge is a dependent launch too); 8: the
+    4-warp multi-step one (not its default: measured slower). wgmma (Hopper): its default
+    config with both flags (one-step splits at 1 request, 2-step splits at 8). Four replays
+    alternating two input sets, each against the twin."""
     dev = torch.device("cuda")
+    if kernel == "wgmma" and not is_hopper(dev):
+        pytest.skip("wgmma: Hopper only")
     inp = Inputs(Case(requests, 6, 16, 512, **PROD), dev)
     g = torch.Generator(device="cpu").manual_seed(9)
     sets = [(inp.q.clone(), inp.positions.clone(), inp.indices.clone()),
@@ -468,7 +480,10 @@ def test_gpu_pdl_inputs_written_in_graph(requests):
              inp.indices.cpu()[:, torch.randperm(512, generator=g)].to(dev))]
     src = [s.clone() for s in sets[0]]
     t = inp.q.shape[0]
-    cfg = dataclasses.replace(pick_default(t, 16, 512, 128, 512), pdl_entry=True)
+    if kernel == "wgmma":
+        cfg = dataclasses.replace(wgmma_config(t, 16, 128, 512), pdl=True, pdl_entry=True)
+    else:
+        cfg = dataclasses.replace(pick_default(t, 16, 512, 128, 512), pdl_entry=True)
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
     out = torch.empty_like(inp.q)
 
@@ -571,10 +586,11 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
                                                                   ws_acc_ptr=acc)
 # the Hopper wgmma kernel (Gluon) at the 8-warp config, with and without an index list
 from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
-for rows, n_sel in ((48, 512), (192, 512), (48, 0)):
+for rows, n_sel in ((6, 512), (48, 512), (192, 512), (48, 0)):  # 6: one-step, dependent
     cfg = wgmma_config(rows, 16, 128, n_sel)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
-                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0)
+                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, PDL=rows == 6,
+                 WAIT=rows == 6)
     out[f"wgmma-{rows}-K{n_sel}"] = build(G._wgmma_attn_kernel, const, cfg.num_warps)
 print(json.dumps(out))
 '''

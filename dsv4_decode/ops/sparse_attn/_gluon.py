@@ -31,7 +31,8 @@ Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), 
 Triton's own pass picks ``mma.sync`` or spills for these shapes (docs/kernels/sparse_attn.md,
 "Tried offline" and "Session 11"). Gluon has no interpreter, so the CPU suite only compiles
 this kernel for sm_90a (``tests/ops/test_sparse_attn.py``); the comparisons with the twin are
-GPU tests. Blackwell (sm_100) has no wgmma: there the Triton kernels run.
+GPU tests. Blackwell (sm_100) has no wgmma: there the Triton kernels run. ``PDL`` / ``WAIT``:
+the programmatic dependent launches of the Triton kernel (``config.pdl`` / ``pdl_entry``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @gluon.jit
@@ -353,11 +355,18 @@ def _wgmma_attn_kernel(
     qk_scale,  # softmax scale * log2(e)
     WINDOW: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, W_STEPS: gl.constexpr,
     N_WSPLIT: gl.constexpr, C_STEPS: gl.constexpr, N_SPLIT: gl.constexpr,
-    HAS_SEL: gl.constexpr,
+    HAS_SEL: gl.constexpr, PDL: gl.constexpr, WAIT: gl.constexpr,
 ):
     """Split ``program_id(0)`` of (row ``program_id(2)``, head block ``program_id(1)``) ->
     its partial (m, l, acc) rows of the workspace (the Triton kernel's layout: row
-    ``(group * N_SPLIT + split) * 16 + head``, group = row x head blocks + head block)."""
+    ``(group * N_SPLIT + split) * 16 + head``, group = row x head blocks + head block).
+    WAIT: launched as a programmatic dependent (``config.pdl_entry``), it waits for the kernel
+    before it first; PDL or WAIT: the merge kernel may launch once every CTA here has started
+    (``config.pdl``: the merge is a dependent launch)."""
+    if WAIT:  # every input is the kernels' before us
+        gdc_wait()
+    if PDL or WAIT:
+        gdc_launch_dependents()
     WG: gl.constexpr = gl.num_warps() // 4  # warpgroups: S^T split by heads, acc^T by dims
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG],
                                                     instr_shape=[16, 16 // WG, 16])

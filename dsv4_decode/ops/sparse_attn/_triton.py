@@ -634,6 +634,10 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     sink = sinks if sinks is not None else cos
     ws_acc, ws_m, ws_l, cnt = ws if ws is not None else (out, cos, cos, row_slots)
     grid = (cfg.n_split, n_hb, t)
+    # programmatic dependent launches (sm_90+): the merge (``pdl``), the split kernel itself
+    # (``pdl_entry``)
+    pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
+    wait = cfg.pdl_entry and pdl_capable(q.device)
     if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
         from . import _gluon
 
@@ -644,13 +648,14 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
             block_table.shape[1] if has_sel else 0, k_sel, softmax_scale * LOG2E,
             WINDOW=window, D=d, PAGE=compressed.shape[1] if has_sel else 1,
             W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
-            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, num_warps=cfg.num_warps)
+            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, num_warps=cfg.num_warps,
+            **({"launch_pdl": True} if wait else {}))
     else:
         _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt,
                              idx, out, ws_acc, ws_m, ws_l, cnt, has_sel, sinks is not None,
-                             k_sel, grid, cfg, window, softmax_scale, block_table, compressed)
+                             k_sel, grid, cfg, window, softmax_scale, block_table, compressed,
+                             pdl, wait)
     if cfg.n_split > 1 and not cfg.fused_merge:
-        pdl = cfg.pdl and pdl_capable(q.device) and not cfg.wgmma
         dm = merge_dims(d, cfg.n_split, cfg.block_h)
         _merge_kernel[(n_hb, t, d // dm)](
             ws_acc, ws_m, ws_l, positions, out, cos, sin, sink, n_heads, cos.shape[0],
@@ -663,13 +668,9 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
 
 def _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
                          out, ws_acc, ws_m, ws_l, cnt, has_sel, has_sink, k_sel, grid, cfg,
-                         window, softmax_scale, block_table, compressed):
+                         window, softmax_scale, block_table, compressed, pdl, wait):
     """``_sparse_attn_kernel`` on the grid (the Triton path of ``launch``)."""
     n_heads, d = q.shape[1], q.shape[2]
-    # programmatic dependent launch only where there is a merge kernel and a GPU (sm_90+) to
-    # run it
-    pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
-    wait = cfg.pdl_entry and pdl_capable(q.device)
     _sparse_attn_kernel[grid](
         q, window_cache, positions, row_slots, cos, sin, sink, comp, bt, idx,
         out, ws_acc, ws_m, ws_l, cnt,

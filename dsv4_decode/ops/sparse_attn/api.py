@@ -129,10 +129,11 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
     dependents (``config.pdl_entry`` / ``pdl``): each waits on the device for the kernel
     before it, so inputs written by the previous kernel in the stream are always seen.
 
-    Kernels: on a Hopper GPU (sm_90) every layout beyond the one-step one runs the splits on
-    warpgroup MMAs (``config.wgmma``, ``_gluon.py``: same partials, same merge, plain
-    launches); elsewhere, and for the one-step layout, the Triton kernels of ``_triton.py``.
-    A ``wgmma`` config off Hopper, or with flags it does not take, is a ``ValueError``.
+    Kernels: on a Hopper GPU (sm_90) the default runs the splits on warpgroup MMAs
+    (``config.wgmma``, ``_gluon.py``: same partials, same merge; dependent launches only
+    where its ``pdl`` / ``pdl_entry`` flags say, off in the default); elsewhere the Triton
+    kernels of ``_triton.py``. A ``wgmma`` config off Hopper, or with flags it does not take,
+    is a ``ValueError``.
     """
     device = q.device
     _check("q", q, torch.bfloat16, 3, device)

@@ -124,8 +124,8 @@ class SparseAttnConfig:
             return "wgmma: needs block_h 16, block_n 64 and no dim split"
         if self.n_split < 2 or self.fused_merge or self.partials_bf16:
             return "wgmma: needs several splits, the merge kernel and fp32 partials"
-        if self.pdl or self.pdl_entry or self.maxnreg:
-            return "wgmma: has no dependent launches and no register cap"
+        if self.maxnreg:
+            return "wgmma: takes no register cap"
         return None
 
     def fits_head_dim(self, head_dim: int) -> bool:
