@@ -373,8 +373,8 @@ def report(name, fn, sig, const, gluon_fn=True, num_warps=4, num_stages=1) -> No
     ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass))
     print(f"{name}: {regs[0] if regs else '?'} registers, shared memory "
           f"{kernel.metadata.shared} bytes; SASS: "
-          + ", ".join(f"{op} {ops.get(op, 0)}" for op in ("HMMA", "LDG", "LDS", "STS", "LDSM",
-                                                          "BAR"))
+          + ", ".join(f"{op} {ops.get(op, 0)}" for op in ("HMMA", "HGMMA", "LDG", "LDGSTS",
+                                                          "LDS", "STS", "LDSM", "BAR"))
           + f"; {sum(ops.values())} instructions", flush=True)
 
 
