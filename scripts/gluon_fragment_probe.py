@@ -149,6 +149,21 @@ def _bf16_halves(p, sc):
     return lo * sc, hi * sc
 
 
+@gluon.jit
+def _decode_words(q, s):
+    """``fragment_repack`` words and their ue8m0 bytes -> the 8 bf16 values of each word,
+    ``[..., 2, 2, 2]``: slots l0 h0 | l2 h2 | l1 h1 | l3 h3 = k + 0, 1 | 8, 9 | 16, 17 | 24, 25;
+    each join adds the next-fastest register bit (k + 1, then k + 8, then k + 16)."""
+    sc = ((s.to(gl.int32) + 63) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+    l0, h0 = _bf16_halves(q & -2118090304, sc)  # 0x81C081C0
+    l1, h1 = _bf16_halves((q << 3) & -2118090304, sc)
+    l2, h2 = _bf16_halves((q << 6) & -2118090304, sc)
+    l3, h3 = _bf16_halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100)
+                          | ((q << 1) & -2147450880), sc)  # 0x80008000
+    return gl.join(gl.join(gl.join(l0, h0), gl.join(l2, h2)),
+                   gl.join(gl.join(l1, h1), gl.join(l3, h3)))
+
+
 @gluon.constexpr_function
 def _word_layout(rows, bk):
     """The words ``[rows, bk / 8]`` of one K step: registers m+8 and word bit 2 (k+32), then
@@ -188,16 +203,7 @@ def _mxfp4_gemm(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr, ROWS: gl.constex
         nxt = gl.full([ROWS, WPS], kk + BK < K, gl.int1, w_l)
         q_next = gl.load(w_rows + (kk + BK) // 8, mask=nxt, other=0)
         s_next = gl.load(s_rows + (kk + BK) // 32, mask=nxt, other=127)
-        sc = ((s.to(gl.int32) + 63) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-        l0, h0 = _bf16_halves(q & -2118090304, sc)  # 0x81C081C0
-        l1, h1 = _bf16_halves((q << 3) & -2118090304, sc)
-        l2, h2 = _bf16_halves((q << 6) & -2118090304, sc)
-        l3, h3 = _bf16_halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100)
-                              | ((q << 1) & -2147450880), sc)  # 0x80008000
-        # slots l0 h0 | l2 h2 | l1 h1 | l3 h3 = k + 0, 1 | 8, 9 | 16, 17 | 24, 25: each join
-        # adds the next-fastest register bit (k + 1, then k + 8, then k + 16)
-        v = gl.join(gl.join(gl.join(l0, h0), gl.join(l2, h2)),
-                    gl.join(gl.join(l1, h1), gl.join(l3, h3)))  # [ROWS, WPS, 2, 2, 2]
+        v = _decode_words(q, s)  # [ROWS, WPS, 2, 2, 2]
         if BK == 64:  # m, word bits (k+32, k+4, k+2), k+1, k+8, k+16
             v = v.reshape([ROWS, 2, 2, 2, 2, 2, 2])
             a = v.permute(0, 1, 6, 5, 2, 3, 4).reshape([ROWS, BK])
@@ -296,14 +302,7 @@ def _mxfp4_vec(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr, ROWS: gl.constexp
         q_next = gl.load(w_rows + ahead // 8, mask=nxt, other=0)
         s_next = gl.load(s_rows + ahead // 32, mask=nxt, other=127)
         x_next = gl.load(x_ptr + ((kk + BK) % K // BK) * (16 * BK) + x_offs)
-        sc = ((s.to(gl.int32) + 63) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-        l0, h0 = _bf16_halves(q & -2118090304, sc)  # 0x81C081C0
-        l1, h1 = _bf16_halves((q << 3) & -2118090304, sc)
-        l2, h2 = _bf16_halves((q << 6) & -2118090304, sc)
-        l3, h3 = _bf16_halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100)
-                              | ((q << 1) & -2147450880), sc)  # 0x80008000
-        v = gl.join(gl.join(gl.join(l0, h0), gl.join(l2, h2)),
-                    gl.join(gl.join(l1, h1), gl.join(l3, h3)))  # [ROWS, WPS, k1, k8, k16]
+        v = _decode_words(q, s)  # [ROWS, WPS, k1, k8, k16]
         if BK == 64:  # m, word bits (k+4, k+2, k+32), k+1, k+8, k+16
             v = v.reshape([ROWS, 2, 2, 2, 2, 2, 2])
             a = v.permute(0, 3, 6, 5, 1, 2, 4).reshape([ROWS, BK])
@@ -402,15 +401,40 @@ def check_cpu() -> None:
     assert torch.equal(got, want)
 
 
-def run_gpu() -> None:
+K_IN = 5120  # the MoE's hidden size: W1|W3's K
+STREAM_ROWS = 48 * 1152  # 48 experts of W1|W3 at TP = 4: ~141 MB of words, past the L2
+
+
+def check_inputs():
+    """A 256 x K_IN MXFP4 matrix, x with 6 of 16 rows set, and torch's product (on the CPU)."""
+    gen = torch.Generator().manual_seed(1)
+    packed, scales = random_mxfp4(256, K_IN, gen)
+    x = torch.zeros(16, K_IN, dtype=torch.bfloat16)
+    x[:6] = torch.randn(6, K_IN, generator=gen).to(torch.bfloat16)
+    return packed, scales, x, x.float() @ reference(packed, scales).T
+
+
+def stream_inputs():
+    """Random words and scales of STREAM_ROWS weight rows, the output, the bytes streamed."""
+    words = torch.randint(-2**31, 2**31 - 1, (STREAM_ROWS, K_IN // 8), dtype=torch.int32,
+                          device="cuda")
+    sc = torch.randint(118, 131, (STREAM_ROWS, K_IN // 32), dtype=torch.uint8, device="cuda")
+    return words, sc, torch.empty(16, STREAM_ROWS, device="cuda"), words.numel() * 4 + sc.numel()
+
+
+def time_alternated(runs: dict, nbytes: int) -> None:
+    """Each run twice, alternated (one GPU, one process): µs a call and TB/s."""
     from dsv4_decode.bench.timing import graph_time_us
 
-    gen = torch.Generator().manual_seed(1)
-    k = 5120
-    packed, scales = random_mxfp4(256, k, gen)
-    x = torch.zeros(16, k, dtype=torch.bfloat16)
-    x[:6] = torch.randn(6, k, generator=gen).to(torch.bfloat16)
-    want = x.float() @ reference(packed, scales).T
+    for name in list(runs) * 2:
+        us = graph_time_us(runs[name], calls=20)
+        print(f"{name} stream: {STREAM_ROWS} x {K_IN} MXFP4, 16 rows: {us:.2f} us, "
+              f"{nbytes / us / 1e6:.2f} TB/s", flush=True)
+
+
+def run_gpu() -> None:
+    k = K_IN
+    packed, scales, x, want = check_inputs()
     xs, scs, out = x.cuda(), scales.cuda(), torch.empty(16, 256, device="cuda")
     for rows, bk in GLUON:
         out.fill_(float("nan"))
@@ -433,11 +457,8 @@ def run_gpu() -> None:
                                            **TRITON)
     err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
     print(f"Triton against torch: max relative error {err:.2e}")
-    n = 48 * 1152  # 48 experts of W1|W3 at TP = 4: ~141 MB of words, past the L2
-    words = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda")
-    sc = torch.randint(118, 131, (n, k // 32), dtype=torch.uint8, device="cuda")
-    out = torch.empty(16, n, device="cuda")
-    nbytes = words.numel() * 4 + sc.numel()
+    n = STREAM_ROWS
+    words, sc, out, nbytes = stream_inputs()
     runs = {f"gluon {rows}x{bk}": (lambda rows=rows, bk=bk: _mxfp4_gemm[(n // rows,)](
         xs, words, sc, out, n, K=k, ROWS=rows, BK=bk, num_warps=4)) for rows, bk in GLUON}
     xf = {bk: x_fragments(x, bk).cuda() for bk in (64, 128)}
@@ -449,10 +470,7 @@ def run_gpu() -> None:
                     num_warps=4))
     runs["triton"] = lambda: _triton_stream[(n // TRITON["BN"],)](xs, words, sc, out, n, K=k,
                                                                  **TRITON)
-    for name in list(runs) * 2:  # alternated: one GPU, one process
-        us = graph_time_us(runs[name], calls=20)
-        print(f"{name} stream: {n} x {k} MXFP4, 16 rows: {us:.2f} us, "
-              f"{nbytes / us / 1e6:.2f} TB/s", flush=True)
+    time_alternated(runs, nbytes)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,16 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gluon_fragment_probe import TRITON, _triton_stream, random_mxfp4, reference, report  # noqa: E402
+from gluon_fragment_probe import (  # noqa: E402
+    K_IN,
+    STREAM_ROWS,
+    TRITON,
+    _triton_stream,
+    check_inputs,
+    report,
+    stream_inputs,
+    time_alternated,
+)
 
 from dsv4_decode.ops.moe.api import repack_mxfp4  # noqa: E402
 
@@ -139,14 +148,8 @@ def _mxfp4_wgmma(x_ptr, w_ptr, s_ptr, o_ptr, N, K: gl.constexpr, BK: gl.constexp
 
 
 def run_gpu() -> None:
-    from dsv4_decode.bench.timing import graph_time_us
-
-    gen = torch.Generator().manual_seed(1)
-    k = 5120
-    packed, scales = random_mxfp4(256, k, gen)
-    x = torch.zeros(16, k, dtype=torch.bfloat16)
-    x[:6] = torch.randn(6, k, generator=gen).to(torch.bfloat16)
-    want = x.float() @ reference(packed, scales).T
+    packed, scales, x, want = check_inputs()
+    k, n = K_IN, STREAM_ROWS
     xs, scs, out = x.cuda(), scales.cuda(), torch.empty(16, 256, device="cuda")
     words = repack_mxfp4(packed).cuda()
     for bk, stages in CONFIGS:
@@ -156,21 +159,14 @@ def run_gpu() -> None:
         err = (out.cpu() - want).abs().max().item() / want.abs().max().item()
         print(f"wgmma BK={bk} stages={stages} against torch: max relative error {err:.2e}",
               flush=True)
-    n = 48 * 1152  # 48 experts of W1|W3 at TP = 4: ~141 MB of words, past the L2
-    words = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda")
-    sc = torch.randint(118, 131, (n, k // 32), dtype=torch.uint8, device="cuda")
-    out = torch.empty(16, n, device="cuda")
-    nbytes = words.numel() * 4 + sc.numel()
+    words, sc, out, nbytes = stream_inputs()
     runs = {f"wgmma BK={bk} stages={stages}": (
         lambda bk=bk, stages=stages: _mxfp4_wgmma[(n // 64,)](
             xs, words, sc, out, n, K=k, BK=bk, STAGES=stages, num_warps=4))
         for bk, stages in CONFIGS}
     runs["triton"] = lambda: _triton_stream[(n // TRITON["BN"],)](xs, words, sc, out, n, K=k,
                                                                  **TRITON)
-    for name in list(runs) * 2:  # alternated: one GPU, one process
-        us = graph_time_us(runs[name], calls=20)
-        print(f"{name} stream: {n} x {k} MXFP4, 16 rows: {us:.2f} us, "
-              f"{nbytes / us / 1e6:.2f} TB/s", flush=True)
+    time_alternated(runs, nbytes)
 
 
 if __name__ == "__main__":
