@@ -20,6 +20,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from dsv4_decode.utils.device import pdl_capable
 
+from ._gluon import _wgmma_attn_kernel
+
 LOG2E = 1.4426950408889634
 MERGE_VALUES = 8192  # partial values (splits x heads x dims) per merge CTA, see merge_dims
 FUSED_MERGE_DIMS = 64  # dims per chunk of the fused (last-CTA) merge
@@ -639,9 +641,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
     wait = cfg.pdl_entry and pdl_capable(q.device)
     if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
-        from . import _gluon
-
-        _gluon._wgmma_attn_kernel[grid](
+        _wgmma_attn_kernel[grid](
             q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
             n_heads, window_cache.shape[0], window_cache.shape[1],
             block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,
