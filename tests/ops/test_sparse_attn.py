@@ -323,7 +323,25 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.id)
 def test_gpu_production_shapes(case):
+    """The default config (on a Hopper GPU the wgmma kernel, elsewhere the Triton kernels)."""
     check(Inputs(case, torch.device("cuda")))
+
+
+TRITON_CASES = [
+    Case(1, 6, 16, 512, **PROD), Case(8, 6, 16, 512, **PROD), Case(32, 6, 16, 512, **PROD),
+    Case(2, 6, 64, 200, sinks=False, **PROD), Case(32, 1, 16, 0, **PROD),
+    Case(1, 1, 64, 512, **PROD), Case(4, 6, 32, 512, **PROD), Case(8, 6, 8, 512, **PROD),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", TRITON_CASES, ids=lambda c: c.id)
+def test_gpu_triton_default(case):
+    """The Triton kernels' default (``pick_default`` without wgmma: what runs off Hopper) at
+    production shapes, also on a Hopper GPU, where the default is the wgmma kernel."""
+    inp = Inputs(case, torch.device("cuda"))
+    t, h, _ = inp.q.shape
+    check(inp, config=pick_default(t, h, 512, 128, case.n_sel))
 
 
 LAYOUT_CASES = [  # few shapes: each layout x shape is its own kernel to compile (window-only
@@ -504,11 +522,12 @@ def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["default", "wgmma"])
+@pytest.mark.parametrize("kernel", ["triton", "wgmma"])
 @pytest.mark.parametrize("magnitude", [3.0, 1e-3])
 def test_gpu_records_are_exact_bf16(kernel, magnitude):
     """The dequantised tiles are exact: with one key per row the output is that key (bf16).
-    ``wgmma``: the Hopper kernel's bf16x2 decode; ``1e-3``: e4m3 scales down to subnormal."""
+    ``triton``: the Triton kernels' fp32 decode; ``wgmma``: the Hopper kernel's bf16x2 decode;
+    ``1e-3``: e4m3 scales down to subnormal."""
     dev = torch.device("cuda")
     if kernel == "wgmma" and not is_hopper(dev):
         pytest.skip("wgmma: Hopper only")
@@ -522,7 +541,10 @@ def test_gpu_records_are_exact_bf16(kernel, magnitude):
     for t in range(inp.row_slots.shape[0]):  # entry 3 may be unwritten (NaN poison): write it
         latent = (torch.randn(1, 512, device=dev) * magnitude).to(torch.bfloat16)
         C.write_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry, latent)
-    cfg = wgmma_config(2, 16, 128, 512) if kernel == "wgmma" else None
+    if kernel == "wgmma":
+        cfg = wgmma_config(2, 16, 128, 512)
+    else:
+        cfg = pick_default(2, 16, 512, 128, 512)
     out = sparse_attn(*inp.args(), **inp.kwargs(), config=cfg)
     for t in range(out.shape[0]):
         rec = C.read_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry)

@@ -179,15 +179,16 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
     -0.26 us at 1 x 1 x 16 / 1 x 1 x 64 / 2 x 1 x 16 / 1 x 6 x 16 / 2 x 6 x 16, and +0.23 to
     +0.29 us on the other layouts (8 and 32 x 6 x 16, 1 x 6 x 64, 32 x 1 x 16).
 
-    ``wgmma`` (a Hopper GPU, ``api.pick_config``): the wgmma kernel at every shape
-    (``wgmma_config``; session 11: faster than every Triton layout in all 24 cells measured)."""
+    ``wgmma`` (a Hopper GPU, ``api.pick_config``): the wgmma kernel at every shape of head dim
+    512 (``wgmma_config``; session 11: -6 to -27 % against this function's Triton choice in all
+    24 cells of the benchmark, same run)."""
+    if wgmma and head_dim == 512:
+        return wgmma_config(rows, heads, window, n_sel, sm_count)
     if head_dim >= 256:
         groups = rows * -(-heads // 16)
         # session 7: with the merge as a programmatic dependent launch (its position / RoPE /
         # sink loads overlap the attention kernel): 1 x 1 x 16 10.55 against 11.05 us, 1 x 1
         # x 64 10.92 against 11.62, 1 x 6 x 16 11.21 against 11.68, 2 x 1 x 16 10.68 / 11.29
-        if wgmma and head_dim == 512:
-            return wgmma_config(rows, heads, window, n_sel, sm_count)
         one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8, pdl=True,
                                           pdl_entry=True)
         if groups * one.n_split <= one.ctas_per_sm * sm_count:
