@@ -73,7 +73,8 @@ class SparseAttnConfig:
     @property
     def ctas_per_sm(self) -> int:
         """CTAs of this config one SM holds at once, from the register file (shared memory,
-        <= 82 KB a CTA for every layout of ``LAYOUTS``, never binds first)."""
+        <= 82 KB a CTA for every layout of ``LAYOUTS``, never binds first; the wgmma kernel's
+        214 KB allow one CTA, which is also what its 8 warps give here)."""
         return max(REGISTERS // (32 * self.num_warps * (self.maxnreg or REGS_PER_THREAD)), 1)
 
     @staticmethod
