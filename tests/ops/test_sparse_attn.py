@@ -405,16 +405,18 @@ def test_gpu_partials_bf16(case):
 @pytest.mark.parametrize("case", LAYOUT_CASES[:2], ids=lambda c: c.id)
 def test_gpu_merge_pdl(case, kernel):
     """The merge kernel as a programmatic dependent launch (waits for the partials), after
-    the Triton kernels' default or the wgmma kernel (Hopper)."""
+    the Triton kernels' default; and the wgmma kernel (Hopper), whose default has both
+    kernels dependent, with plain launches (``pdl`` and ``pdl_entry`` off)."""
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
     if kernel == "wgmma":
         if not is_hopper(inp.q.device):
             pytest.skip("wgmma: Hopper only")
         cfg = wgmma_config(t, h, 128, case.n_sel)
-    else:
-        cfg = pick_default(t, h, 512, 128, case.n_sel)
-    check(inp, config=dataclasses.replace(cfg, pdl=True))
+        assert cfg.pdl and cfg.pdl_entry, cfg
+        check(inp, config=dataclasses.replace(cfg, pdl=False, pdl_entry=False))
+        return
+    check(inp, config=dataclasses.replace(pick_default(t, h, 512, 128, case.n_sel), pdl=True))
 
 
 @pytest.mark.gpu
@@ -457,7 +459,8 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
         assert cfg.c_steps > 2, cfg  # the copies and the index chain run ahead in a loop
     else:
         cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=merge == "fused")
-    cfg = dataclasses.replace(cfg, pdl=merge.endswith("_pdl"))
+    if merge != "wgmma":  # the wgmma default keeps its dependent launches
+        cfg = dataclasses.replace(cfg, pdl=merge.endswith("_pdl"))
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
     out = torch.empty_like(inp.q)
     run = lambda: sparse_attn(*inp.args(), **inp.kwargs(), out=out, workspace=ws)
@@ -486,7 +489,7 @@ def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
     so reading any of them before the wait would see the previous replay's set. Triton, 1
     request: the one-step layout (its default; the merge is a dependent launch too); 8: the
     4-warp multi-step one (not its default: measured slower). wgmma (Hopper): its default
-    config with both flags (one-step splits at 1 request, 2-step splits at 8). Four replays
+    config, both flags on (one-step splits at 1 request, 2-step splits at 8). Four replays
     alternating two input sets, each against the twin."""
     dev = torch.device("cuda")
     if kernel == "wgmma" and not is_hopper(dev):
@@ -499,7 +502,8 @@ def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
     src = [s.clone() for s in sets[0]]
     t = inp.q.shape[0]
     if kernel == "wgmma":
-        cfg = dataclasses.replace(wgmma_config(t, 16, 128, 512), pdl=True, pdl_entry=True)
+        cfg = wgmma_config(t, 16, 128, 512)
+        assert cfg.pdl and cfg.pdl_entry, cfg
     else:
         cfg = dataclasses.replace(pick_default(t, 16, 512, 128, 512), pdl_entry=True)
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
@@ -606,14 +610,17 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
                  N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
     out[f"merge-{n_split}-h{block_h}-pdl{pdl}-{acc[1:]}"] = build(K._merge_kernel, const, 4,
                                                                   ws_acc_ptr=acc)
-# the Hopper wgmma kernel (Gluon) at the 8-warp config, with and without an index list
+# the Hopper wgmma kernel (Gluon) at its default configs (dependent launches), with and
+# without an index list (6: one-step splits), and with plain launches
 from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
-for rows, n_sel in ((6, 512), (48, 512), (192, 512), (48, 0)):  # 6: one-step, dependent
+for rows, n_sel, dep in ((6, 512, True), (48, 512, True), (192, 512, True), (48, 0, True),
+                         (48, 512, False)):
     cfg = wgmma_config(rows, 16, 128, n_sel)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
-                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, PDL=rows == 6,
-                 WAIT=rows == 6)
-    out[f"wgmma-{rows}-K{n_sel}"] = build(G._wgmma_attn_kernel, const, cfg.num_warps)
+                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0,
+                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep)
+    out[f"wgmma-{rows}-K{n_sel}{'' if dep else '-plain'}"] = build(G._wgmma_attn_kernel, const,
+                                                                   cfg.num_warps)
 print(json.dumps(out))
 '''
 

@@ -125,14 +125,14 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
 
     Graph safety: with ``out`` and ``workspace`` given nothing is allocated and nothing is read
     back to the host; positions, slots, indices and tables may change between replays. On
-    sm_90+ the one-step layout (1-2 requests at 16 heads) launches its kernels as programmatic
-    dependents (``config.pdl_entry`` / ``pdl``): each waits on the device for the kernel
-    before it, so inputs written by the previous kernel in the stream are always seen.
+    sm_90+ the default launches its kernels as programmatic dependents (``config.pdl_entry``
+    / ``pdl``; the Triton kernels only on the one-step layout, 1-2 requests at 16 heads):
+    each waits on the device for the kernel before it, so inputs written by the previous
+    kernel in the stream are always seen.
 
     Kernels: on a Hopper GPU (sm_90) the default runs the splits on warpgroup MMAs
-    (``config.wgmma``, ``_gluon.py``: same partials, same merge; dependent launches only
-    where its ``pdl`` / ``pdl_entry`` flags say, off in the default); elsewhere the Triton
-    kernels of ``_triton.py``. A ``wgmma`` config off Hopper, or with flags it does not take,
+    (``config.wgmma``, ``_gluon.py``: same partials, same merge, both kernels dependent
+    launches); elsewhere the Triton kernels of ``_triton.py``. A ``wgmma`` config off Hopper, or with flags it does not take,
     is a ``ValueError``.
     """
     device = q.device

@@ -147,11 +147,16 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
     another CTA on its SM, so fewer, longer splits pay: 32 x 6 x 16 68.73 against 71.48 us,
     16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57 against 69.61; at 8 x 6 x 16 (1.8
     waves) 28.90 against 23.78, and one-step splits 29.50); never fewer than two splits (there
-    is no in-place finalisation on that path)."""
+    is no in-place finalisation on that path).
+
+    Both kernels are programmatic dependent launches (``pdl`` and ``pdl_entry``; the attention
+    kernel loads nothing before its wait): session 12, same process (``scripts/pdl_ab.py``),
+    -0.95 to -1.23 us at 1-2 requests (1 x 6 x 16 7.74 against 8.69), -0.89 at 8 x 6 x 16,
+    -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11 at 32 x 1 x 16; outputs bitwise equal."""
     groups = rows * -(-heads // 16)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     if groups * one.n_split <= sm_count:
-        return replace(one, wgmma=True)
+        return replace(one, wgmma=True, pdl=True, pdl_entry=True)
     cfg = SparseAttnConfig.pick(rows, heads, 512, window, n_sel, sm_count, block_n=64,
                                 num_warps=8)
     if groups * cfg.n_split >= 2 * sm_count:
@@ -159,7 +164,7 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
                                           n_sel, num_warps=8)
     if cfg.n_split < 2:
         cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    return replace(cfg, wgmma=True)
+    return replace(cfg, wgmma=True, pdl=True, pdl_entry=True)
 
 
 def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
