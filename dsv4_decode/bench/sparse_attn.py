@@ -160,7 +160,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
     wgmma kernel, ``ours_triton`` (the Triton kernels' default), else ``wgmma`` (the wgmma
     kernel's config), and the wgmma kernel with half and twice the steps
-    (``wgmma_steps<n>``). Variants of the Triton kernels' default: its merge as a programmatic
+    (``wgmma_steps<n>``); its lean variant by its rule (``wgmma_lean``) and at other steps
+    (``wgmma_lean_steps<n>``). Variants of the Triton kernels' default: its merge as a programmatic
     dependent launch (``_pdl``) or by the last CTA (``_fused``), bf16 split partials
     (``_bf16``), other step counts (``_steps<n>``); where it is the one-step 64-key layout,
     one-step 32-key splits at 8 and 4 warps (also with the merge as a dependent launch), else
@@ -194,15 +195,30 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
         wg = out["ours"]
         if not wg.wgmma:  # the one-step layout's cells: the wgmma kernel beside it
             wg = out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
+        flags = dict(wgmma=True, pdl=True, pdl_entry=True)
         for st in sorted({max(wg.w_steps, wg.c_steps) * 2, max(wg.w_steps, wg.c_steps) // 2}
                          - {0}):
-            c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,
-                                            wgmma=True)
+            c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8, **flags)
             if c.n_split > 1:
                 out[f"wgmma_steps{st}"] = c
+        # lean (one tile, one stage, two CTAs a SM; session 12): its rule, and the steps of
+        # the default and of the lean rule halved and doubled
+        lean = out["wgmma_lean"] = wgmma_config(rows, heads, WINDOW, SELECTED, lean=True)
+        lean_steps = max(lean.w_steps, lean.c_steps)
+        for st in sorted({max(wg.w_steps, wg.c_steps), lean_steps * 2, lean_steps // 2}
+                         - {0, lean_steps}):
+            c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,
+                                            lean=True, **flags)
+            if c.n_split > 1:
+                out[f"wgmma_lean_steps{st}"] = c
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
-    return out
+    seen, unique = set(), {}
+    for name, cfg in out.items():  # a config under two names is timed once (the first)
+        if cfg not in seen:
+            seen.add(cfg)
+            unique[name] = cfg
+    return unique
 
 
 def sweep(cases) -> None:

@@ -378,15 +378,22 @@ WGMMA_CASES = [
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("lean", [False, True], ids=["tiles2", "lean"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=lambda c: c.id)
-def test_gpu_wgmma(case):
+def test_gpu_wgmma(case, lean):
     """The Hopper wgmma kernel (``config.wgmma``) against the twin: window and index-list
-    splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads."""
+    splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads; with two key tiles
+    and lean (``config.lean``: one tile, one stage, two CTAs a SM), also at three steps a
+    split (the lean loops' carried index chain)."""
     if not is_hopper(torch.device("cuda")):
         pytest.skip("wgmma: Hopper only")
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    check(inp, config=wgmma_config(t, h, 128, case.n_sel))
+    cfg = wgmma_config(t, h, 128, case.n_sel, lean=lean)
+    check(inp, config=cfg)
+    if lean:
+        check(inp, config=dataclasses.replace(SparseAttnConfig.with_steps(
+            16, 64, 3, 128, case.n_sel, num_warps=8), wgmma=True, lean=True))
 
 
 @pytest.mark.gpu
@@ -613,14 +620,17 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
 # the Hopper wgmma kernel (Gluon) at its default configs (dependent launches), with and
 # without an index list (6: one-step splits), and with plain launches
 from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
-for rows, n_sel, dep in ((6, 512, True), (48, 512, True), (192, 512, True), (48, 0, True),
-                         (48, 512, False)):
-    cfg = wgmma_config(rows, 16, 128, n_sel)
+for rows, n_sel, dep, lean in ((6, 512, True, False), (48, 512, True, False),
+                               (192, 512, True, False), (48, 0, True, False),
+                               (48, 512, False, False), (192, 512, True, True),
+                               (48, 0, True, True)):
+    cfg = wgmma_config(rows, 16, 128, n_sel, lean=lean)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
                  C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0,
-                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep)
-    out[f"wgmma-{rows}-K{n_sel}{'' if dep else '-plain'}"] = build(G._wgmma_attn_kernel, const,
-                                                                   cfg.num_warps)
+                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep, LEAN=lean)
+    name = f"wgmma-{rows}-K{n_sel}{'' if dep else '-plain'}{'-lean' if lean else ''}"
+    out[name] = spill_stores(G._wgmma_attn_kernel, const, cfg.num_warps, PTR,
+                             scalar_types={"qk_scale": "fp32"}, maxnreg=128 if lean else 0)
 print(json.dumps(out))
 '''
 
@@ -641,4 +651,7 @@ def test_compiles_for_sm90_without_spills():
     assert spills.pop("default-6x64-K512") <= 24
     assert spills.pop("partials_bf16-192x16") <= 100
     assert spills.pop("block_h32") <= 20  # a sweep layout, 255 registers (0 before session 5)
+    # the lean wgmma variant at its 128-register cap: 144 B (loop-invariant 64-bit copy
+    # addresses, reloaded from L1 once a step; session 12)
+    assert spills.pop("wgmma-192-K512-lean") <= 160
     assert spills == {k: 0 for k in spills}, spills  # the wgmma kernel's included

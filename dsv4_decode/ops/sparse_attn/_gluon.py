@@ -201,6 +201,59 @@ def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, ro
     return m_i, l_i, acc
 
 
+@gluon.jit
+def _window_chunk_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr):
+    """Dims ``c*128 .. +128`` of 64 window records straight from global memory: codes
+    ``[64, 4, 32]`` (16 contiguous bytes a thread) and their 4 scales (0 where masked)."""
+    L3: gl.constexpr = _win_layout(gl.num_warps())
+    blk = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+    e = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+    offs = gl.expand_dims(gl.expand_dims(rec + c * 128, 1) + gl.expand_dims(blk * 32, 0), 2) \
+        + gl.expand_dims(gl.expand_dims(e, 0), 1)
+    codes = gl.load(win_ptr + offs, mask=gl.expand_dims(gl.expand_dims(valid, 1), 2), other=0)
+    sc = gl.load(win_ptr + gl.expand_dims(rec + D + c * 4, 1) + gl.expand_dims(blk, 0),
+                 mask=gl.expand_dims(valid, 1), other=0)
+    return codes, sc
+
+
+@gluon.jit
+def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
+    """e4m3 codes x 2^(ue8m0 - 127) -> the exact bf16 keys of dims ``c*128 .. +128``."""
+    scale = (sc.to(gl.int32) << 23).to(gl.float32, bitcast=True)
+    k = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gl.expand_dims(scale, 2)
+    k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]).to(gl.bfloat16))
+
+
+@gluon.jit
+def _window_split_lean(q_ptr, win_ptr, k_s, q_s, p_s, m_i, l_i, acc, row, h0, n_heads, slot,
+                       pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
+                       D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
+                       mma_o: gl.constexpr):
+    """``_window_split`` on one key tile, the records loaded into registers (all four
+    chunks' loads issued before the barrier that frees the tile); D = 512."""
+    rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, False)
+    for it in range(W_STEPS):
+        rec, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
+                                  rows_l)
+        c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D)
+        c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D)
+        c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
+        c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
+        gl.thread_barrier()  # every warp's wgmmas of the previous step are done
+        _window_chunk_store(k_s, c0, s0, 0)
+        _window_chunk_store(k_s, c1, s1, 1)
+        _window_chunk_store(k_s, c2, s2, 2)
+        _window_chunk_store(k_s, c3, s3, 3)
+        fence_async_shared()
+        gl.thread_barrier()
+        s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
+        _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
+                                gl.SliceLayout(1, mma_s))
+        m_i, l_i, acc = _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o)
+    return m_i, l_i, acc
+
+
 # ----------------------------------------------------------------------------- index list (NVFP4)
 @gluon.constexpr_function
 def _fp4_layout(warps):
@@ -348,6 +401,41 @@ def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rs
 
 
 @gluon.jit
+def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i,
+                           l_i, acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
+                           max_pages, qk_scale, D: gl.constexpr, PAGE: gl.constexpr,
+                           C_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
+    """``_compressed_split`` on one key tile and one staging stage: step i + 1's copies are
+    issued once step i is dequantised, and fly during its products; the index -> page chain
+    runs three / two steps ahead."""
+    j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
+    j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
+    j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, True)  # during the chain's round trips
+    rec, v0 = _rec(j0, _page(bt_ptr, j0, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
+    _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v0, D)
+    page1 = _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE)
+    for it in range(C_STEPS):
+        j3 = _index(idx_ptr, row, c_0 + (it + 3) * 64, c_hi, k_sel)
+        page2 = _page(bt_ptr, j2, slot, sel_ok, max_pages, PAGE)
+        async_copy.wait_group(0)  # this thread's copies of step it have landed
+        gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
+        _fp4_dequant(k_s, raw_s, rsc_s, D)
+        fence_async_shared()
+        gl.thread_barrier()  # the tile is written, the stage read
+        rec, v1 = _rec(j1, page1, n_pages, D, PAGE)
+        _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)
+        s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
+        m_i, l_i, acc = _softmax_pv(s, k_s, p_s, v0, m_i, l_i, acc, qk_scale, mma_o)
+        v0 = v1
+        j1 = j2
+        page1 = page2
+        j2 = j3
+    async_copy.wait_group(0)
+    return m_i, l_i, acc
+
+
+@gluon.jit
 def _wgmma_attn_kernel(
     q_ptr, win_ptr, pos_ptr, slot_ptr, comp_ptr, bt_ptr, idx_ptr,
     ws_acc_ptr, ws_m_ptr, ws_l_ptr,
@@ -355,7 +443,7 @@ def _wgmma_attn_kernel(
     qk_scale,  # softmax scale * log2(e)
     WINDOW: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, W_STEPS: gl.constexpr,
     N_WSPLIT: gl.constexpr, C_STEPS: gl.constexpr, N_SPLIT: gl.constexpr,
-    HAS_SEL: gl.constexpr, PDL: gl.constexpr, WAIT: gl.constexpr,
+    HAS_SEL: gl.constexpr, PDL: gl.constexpr, WAIT: gl.constexpr, LEAN: gl.constexpr,
 ):
     """Split ``program_id(0)`` of (row ``program_id(2)``, head block ``program_id(1)``) ->
     its partial (m, l, acc) rows of the workspace (the Triton kernel's layout: row
@@ -384,12 +472,14 @@ def _wgmma_attn_kernel(
     slot = gl.load(slot_ptr + row)
     win_ok = (slot >= 0) & (slot < n_slots)
     sel_ok = (slot >= 0) & (slot < n_bt_slots)
-    k_s = gl.allocate_shared_memory(gl.bfloat16, [2, 64, D], k_l)  # two key tiles
+    # two key tiles and two staging stages of raw records (window codes / NVFP4 packed bytes,
+    # and their scales); LEAN (``config.lean``): one of each, NVFP4 only
+    NT: gl.constexpr = 1 if LEAN else 2
+    k_s = gl.allocate_shared_memory(gl.bfloat16, [NT, 64, D], k_l)
     q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], k_l)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
-    # two staging stages of raw records: window codes / NVFP4 packed bytes, and their scales
-    raw_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D], _staging())
-    rsc_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D // 16], _staging())
+    raw_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 2 if LEAN else D], _staging())
+    rsc_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 16], _staging())
     m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma_s))
     l_i = gl.zeros([64, 16], gl.float32, mma_s)
     acc = gl.zeros([D, 16], gl.float32, mma_o)
@@ -399,17 +489,31 @@ def _wgmma_attn_kernel(
     if is_win:
         w_i0 = pid_s * (W_STEPS * 64)
         w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
-        m_i, l_i, acc = _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
-                                      acc, row, pid_h * 16, n_heads, slot_w, pos, win_ok, w_i0,
-                                      w_hi, ring, qk_scale, WINDOW, D, W_STEPS, mma_s, mma_o)
+        if LEAN:
+            m_i, l_i, acc = _window_split_lean(
+                q_ptr, win_ptr, k_s.index(0), q_s, p_s, m_i, l_i, acc, row, pid_h * 16,
+                n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
+                mma_s, mma_o)
+        else:
+            m_i, l_i, acc = _window_split(
+                q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, pid_h * 16,
+                n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
+                mma_s, mma_o)
     else:
         if HAS_SEL:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
             c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
             c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
-            m_i, l_i, acc = _compressed_split(
-                q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc,
-                row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages, max_pages,
-                qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
+            if LEAN:
+                m_i, l_i, acc = _compressed_split_lean(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s.index(0), q_s, p_s, raw_s.index(0),
+                    rsc_s.index(0), m_i, l_i, acc, row, pid_h * 16, n_heads, slot_c, sel_ok,
+                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS,
+                    mma_s, mma_o)
+            else:
+                m_i, l_i, acc = _compressed_split(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
+                    acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages,
+                    max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
     group = row * gl.num_programs(1) + pid_h
     base = (group * N_SPLIT + pid_s) * 16
     # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte

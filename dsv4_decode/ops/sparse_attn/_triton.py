@@ -648,8 +648,9 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
             block_table.shape[1] if has_sel else 0, k_sel, softmax_scale * LOG2E,
             WINDOW=window, D=d, PAGE=compressed.shape[1] if has_sel else 1,
             W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
-            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, num_warps=cfg.num_warps,
-            **({"launch_pdl": True} if wait else {}))
+            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, LEAN=cfg.lean,
+            num_warps=cfg.num_warps, **({"launch_pdl": True} if wait else {}),
+            **({"maxnreg": 128} if cfg.lean else {}))  # lean: two CTAs a SM
     else:
         _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt,
                              idx, out, ws_acc, ws_m, ws_l, cnt, has_sel, sinks is not None,

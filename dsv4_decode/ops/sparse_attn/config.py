@@ -65,6 +65,10 @@ class SparseAttnConfig:
     # warpgroup MMAs, keys in M); needs block_h 16, block_n 64, D 512, several splits, fp32
     # partials and the merge kernel (``wgmma_config`` builds one)
     wgmma: bool = False
+    # wgmma only: one key tile and one staging stage, window records loaded straight into
+    # registers: ~100 KB of shared memory and <= 128 registers, so two CTAs share a SM (each
+    # hides the other's chain instead of the second tile within one CTA)
+    lean: bool = False
 
     @property
     def n_split(self) -> int:
@@ -75,6 +79,8 @@ class SparseAttnConfig:
         """CTAs of this config one SM holds at once, from the register file (shared memory,
         <= 82 KB a CTA for every layout of ``LAYOUTS``, never binds first; the wgmma kernel's
         214 KB allow one CTA, which is also what its 8 warps give here)."""
+        if self.lean:
+            return 2
         return max(REGISTERS // (32 * self.num_warps * (self.maxnreg or REGS_PER_THREAD)), 1)
 
     @staticmethod
@@ -118,7 +124,7 @@ class SparseAttnConfig:
     def wgmma_problem(self, head_dim: int) -> str | None:
         """Why this ``wgmma`` config cannot run at ``head_dim`` (None: it can, or not wgmma)."""
         if not self.wgmma:
-            return None
+            return "lean: only with wgmma" if self.lean else None
         if head_dim != 512:
             return f"wgmma: needs head dim 512, got {head_dim}"
         if (self.block_h, self.block_n, self.dim_split) != (16, 64, 1):
@@ -137,7 +143,7 @@ class SparseAttnConfig:
 
 
 def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
-                 sm_count: int = 132) -> SparseAttnConfig:
+                 sm_count: int = 132, lean: bool = False) -> SparseAttnConfig:
     """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, 8 warps, one CTA a SM
     (127 registers, 214 KB of shared memory). Where one-step splits (one per 64 keys) fit one
     wave, those (session 11, H200, same process: 1 x 6 x 16 8.58 us against 11.85 for the rule
@@ -154,17 +160,19 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
     -0.95 to -1.23 us at 1-2 requests (1 x 6 x 16 7.74 against 8.69), -0.89 at 8 x 6 x 16,
     -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11 at 32 x 1 x 16; outputs bitwise equal."""
     groups = rows * -(-heads // 16)
+    slots = sm_count * (2 if lean else 1)
+    flags = dict(wgmma=True, lean=lean, pdl=True, pdl_entry=True)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    if groups * one.n_split <= sm_count:
-        return replace(one, wgmma=True, pdl=True, pdl_entry=True)
-    cfg = SparseAttnConfig.pick(rows, heads, 512, window, n_sel, sm_count, block_n=64,
-                                num_warps=8)
-    if groups * cfg.n_split >= 2 * sm_count:
+    if groups * one.n_split <= slots:
+        return replace(one, **flags)
+    steps = _steps(rows, heads, 16, 64, window, n_sel, slots)
+    cfg = SparseAttnConfig.with_steps(16, 64, steps, window, n_sel, num_warps=8)
+    if groups * cfg.n_split >= 2 * slots:
         cfg = SparseAttnConfig.with_steps(16, 64, 2 * max(cfg.w_steps, cfg.c_steps), window,
                                           n_sel, num_warps=8)
     if cfg.n_split < 2:
         cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    return replace(cfg, wgmma=True, pdl=True, pdl_entry=True)
+    return replace(cfg, **flags)
 
 
 def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
