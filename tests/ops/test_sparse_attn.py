@@ -378,22 +378,23 @@ WGMMA_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("lean", [False, True], ids=["tiles2", "lean"])
+@pytest.mark.parametrize("variant", ["tiles2", "lean", "lean_w4"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=lambda c: c.id)
-def test_gpu_wgmma(case, lean):
+def test_gpu_wgmma(case, variant):
     """The Hopper wgmma kernel (``config.wgmma``) against the twin: window and index-list
     splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads; with two key tiles
-    and lean (``config.lean``: one tile, one stage, two CTAs a SM), also at three steps a
-    split (the lean loops' carried index chain)."""
+    and lean (``config.lean``: one tile, one stage, two CTAs a SM) at 8 and 4 warps, also at
+    three steps a split (the lean loops' carried index chain)."""
     if not is_hopper(torch.device("cuda")):
         pytest.skip("wgmma: Hopper only")
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
+    lean, warps = variant != "tiles2", 4 if variant == "lean_w4" else 8
     cfg = wgmma_config(t, h, 128, case.n_sel, lean=lean)
-    check(inp, config=cfg)
-    if lean:
-        check(inp, config=dataclasses.replace(SparseAttnConfig.with_steps(
-            16, 64, 3, 128, case.n_sel, num_warps=8), wgmma=True, lean=True))
+    check(inp, config=dataclasses.replace(cfg, num_warps=warps))
+    three = SparseAttnConfig.with_steps(16, 64, 3, 128, case.n_sel, num_warps=warps)
+    if lean and three.n_split > 1:  # (the window alone is one split of two steps)
+        check(inp, config=dataclasses.replace(three, wgmma=True, lean=True))
 
 
 @pytest.mark.gpu

@@ -650,7 +650,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
             W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
             N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, LEAN=cfg.lean,
             num_warps=cfg.num_warps, **({"launch_pdl": True} if wait else {}),
-            **({"maxnreg": 128} if cfg.lean else {}))  # lean: two CTAs a SM
+            # lean: registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
+            **({"maxnreg": 128} if cfg.lean and cfg.num_warps == 8 else {}))
     else:
         _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt,
                              idx, out, ws_acc, ws_m, ws_l, cnt, has_sel, sinks is not None,

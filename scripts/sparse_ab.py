@@ -1,0 +1,75 @@
+"""Probe: two sparse_attn configs per cell, same inputs, one process (one Hopper GPU).
+
+    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...]
+
+For each cell (default: the benchmark's 24) it times each config of ``variants``, twice,
+alternated (CUDA graph of 20 calls, median of 20 replays, as the benchmark), and checks each
+against the first (bitwise where the splits are the same, else the largest difference relative
+to the output's largest value). Variants (session 12): the wgmma kernel with two key tiles
+(``wgmma_config``), the lean variant by its own rule (``wgmma_config(..., lean=True)``), and
+that at 4 warps (one warpgroup a CTA, 255 registers). Prints one line a cell. No CSV.
+"""
+
+import dataclasses
+import sys
+
+import torch
+
+from dsv4_decode.bench import sparse_attn as SB
+from dsv4_decode.bench.timing import graph_time_us
+from dsv4_decode.ops.sparse_attn import make_workspace, sparse_attn, wgmma_config
+
+CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
+
+
+def variants(rows, heads):
+    lean = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, lean=True)
+    return {"tiles2": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED), "lean": lean,
+            "lean_w4": dataclasses.replace(lean, num_warps=4)}
+
+
+def cell(requests, q_len, heads) -> None:
+    inp = SB.Inputs(requests, q_len, heads, SB.SELECTED, SB.CALLS)
+    names, cfgs = zip(*variants(inp.rows, heads).items(), strict=True)
+    wss = [make_workspace(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED, "cuda", c)
+           for c in cfgs]
+    outs = [[torch.empty_like(s["out"]) for s in inp.sets] for _ in cfgs]
+
+    def call(v, s):
+        a, kw = inp.call_args(s)
+        sparse_attn(*a, **kw, out=outs[v][s], workspace=wss[v], config=cfgs[v])
+
+    def make_fn(v):
+        i = [0]
+
+        def fn():
+            call(v, i[0] % SB.CALLS)
+            i[0] += 1
+        return fn
+
+    line = f"{requests}x{q_len}x{heads:<3d}"
+    ref = None
+    times = {}
+    for v in range(len(cfgs)):
+        call(v, 0)
+    for v in list(range(len(cfgs))) * 2:
+        times.setdefault(v, []).append(graph_time_us(make_fn(v), calls=20))
+    for v, (name, c) in enumerate(zip(names, cfgs, strict=True)):
+        o = outs[v][0].float()
+        ref = o if ref is None else ref
+        same = "bitwise" if torch.equal(o, ref) else \
+            f"rel {((o - ref).abs().max() / ref.abs().max()).item():.1e}"
+        t = times[v]
+        line += f" | {name} {t[0]:7.2f} / {t[1]:7.2f} ({c.w_steps}/{c.c_steps}, {same})"
+    print(line, flush=True)
+
+
+def main(argv) -> None:
+    print(torch.cuda.get_device_name())
+    cells = [tuple(int(x) for x in a.split("x")) for a in argv] or CELLS
+    for c in cells:
+        cell(*c)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
