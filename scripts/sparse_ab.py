@@ -5,9 +5,10 @@
 For each cell (default: the benchmark's 24) it times each config of ``variants``, twice,
 alternated (CUDA graph of 20 calls, median of 20 replays, as the benchmark), and checks each
 against the first (bitwise where the splits are the same, else the largest difference relative
-to the output's largest value). Variants (session 12): the wgmma kernel with two key tiles
-(``wgmma_config``), the lean variant by its own rule (``wgmma_config(..., lean=True)``), and
-that at 4 warps (one warpgroup a CTA, 255 registers). Prints one line a cell. No CSV.
+to the output's largest value). Variants (session 12): the wgmma kernel with two key tiles and
+lean, each by its own rule (``wgmma_config(..., variant=)``), lean at 4 warps (one warpgroup a
+CTA, 255 registers), and the default (``wgmma_config``, which picks among them). Prints one
+line a cell. No CSV.
 """
 
 import dataclasses
@@ -23,9 +24,10 @@ CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16,
 
 
 def variants(rows, heads):
-    lean = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, lean=True)
-    return {"tiles2": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED), "lean": lean,
-            "lean_w4": dataclasses.replace(lean, num_warps=4)}
+    lean = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, variant="lean")
+    return {"tiles2": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, variant="tiles2"),
+            "lean": lean, "lean_w4": dataclasses.replace(lean, num_warps=4),
+            "default": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)}
 
 
 def cell(requests, q_len, heads) -> None:

@@ -160,11 +160,12 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
     wgmma kernel, ``ours_triton`` (the Triton kernels' default), else ``wgmma`` (the wgmma
     kernel's config), and the wgmma kernel with half and twice the steps
-    (``wgmma_steps<n>``); its lean variant by its rule (``wgmma_lean``) and at other steps
-    (``wgmma_lean_steps<n>``). Variants of the Triton kernels' default: its merge as a programmatic
-    dependent launch (``_pdl``) or by the last CTA (``_fused``), bf16 split partials
-    (``_bf16``), other step counts (``_steps<n>``); where it is the one-step 64-key layout,
-    one-step 32-key splits at 8 and 4 warps (also with the merge as a dependent launch), else
+    (``wgmma_steps<n>``); its variants by their own rules (``wgmma_tiles2``, ``wgmma_lean``,
+    ``wgmma_lean_w4``: lean at 4 warps) and lean at other steps (``wgmma_lean_steps<n>``).
+    Variants of the Triton kernels' default: its merge as a programmatic dependent launch
+    (``_pdl``) or by the last CTA (``_fused``), bf16 split partials (``_bf16``), other step
+    counts (``_steps<n>``); where it is the one-step 64-key layout, one-step 32-key splits at
+    8 and 4 warps (also with the merge as a dependent launch), else
     ``block_n64`` split by the rule; ``block_h32`` (two 32-head blocks) where there are >= 32
     heads. (Session 11 also swept the 4-warp layout capped at 168 / 128 registers: slower
     everywhere, docs/kernels/sparse_attn.md.)"""
@@ -201,12 +202,12 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
             c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8, **flags)
             if c.n_split > 1:
                 out[f"wgmma_steps{st}"] = c
-        # lean (one tile, one stage, two CTAs a SM; session 12): its rule, and the steps of
-        # the default and of the lean rule halved and doubled
-        lean = out["wgmma_lean"] = wgmma_config(rows, heads, WINDOW, SELECTED, lean=True)
+        # the variants by their own rules (session 12), and lean at other steps
+        out["wgmma_tiles2"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="tiles2")
+        lean = out["wgmma_lean"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="lean")
+        out["wgmma_lean_w4"] = dataclasses.replace(lean, num_warps=4)
         lean_steps = max(lean.w_steps, lean.c_steps)
-        for st in sorted({max(wg.w_steps, wg.c_steps), lean_steps * 2, lean_steps // 2}
-                         - {0, lean_steps}):
+        for st in sorted({lean_steps * 2, lean_steps // 2} - {0}):
             c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,
                                             lean=True, **flags)
             if c.n_split > 1:

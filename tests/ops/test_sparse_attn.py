@@ -390,7 +390,7 @@ def test_gpu_wgmma(case, variant):
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
     lean, warps = variant != "tiles2", 4 if variant == "lean_w4" else 8
-    cfg = wgmma_config(t, h, 128, case.n_sel, lean=lean)
+    cfg = wgmma_config(t, h, 128, case.n_sel, variant="lean" if lean else "tiles2")
     check(inp, config=dataclasses.replace(cfg, num_warps=warps))
     three = SparseAttnConfig.with_steps(16, 64, 3, 128, case.n_sel, num_warps=warps)
     if lean and three.n_split > 1:  # (the window alone is one split of two steps)
@@ -446,28 +446,32 @@ def test_gpu_merge_repeatable(fused):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl", "one_step", "one_step_pdl",
-                                   "wgmma"])
+                                   "wgmma", "wgmma_lean"])
 def test_gpu_graph_replay_new_indices_and_positions(merge):
     """Replays of one captured call with new indices, positions and q (the merge kernel also
     as a programmatic dependent launch: a PDL edge inside the graph). ``one_step``: the
     default at 1 request (one-step 64-key splits without prefetch code, 10 partials merged),
-    ``wgmma``: the Hopper kernel at 16 requests (its multi-step copies and index chain),
-    otherwise 4 requests split by the 8-warp rule (multi-step loops)."""
+    ``wgmma`` / ``wgmma_lean``: the Hopper kernel's two-tile and lean variants at 16 requests
+    (their multi-step copies and index chains), otherwise 4 requests split by the 8-warp rule
+    (multi-step loops)."""
     dev = torch.device("cuda")
-    if merge == "wgmma" and not is_hopper(dev):
+    if merge.startswith("wgmma") and not is_hopper(dev):
         pytest.skip("wgmma: Hopper only")
-    requests = {"one_step": 1, "one_step_pdl": 1, "wgmma": 16}.get(merge, 4)
+    requests = {"one_step": 1, "one_step_pdl": 1, "wgmma": 16, "wgmma_lean": 16}.get(merge, 4)
     inp = Inputs(Case(requests, 6, 16, 512, **PROD), dev)
     t = inp.q.shape[0]
     if requests == 1:  # the Triton one-step layout (PDL variants)
         cfg = pick_default(t, 16, 512, 128, 512)
         assert cfg.c_steps == cfg.w_steps == 1 and cfg.n_split > 1, cfg
     elif merge == "wgmma":
-        cfg = wgmma_config(t, 16, 128, 512)
+        cfg = wgmma_config(t, 16, 128, 512, variant="tiles2")
         assert cfg.c_steps > 2, cfg  # the copies and the index chain run ahead in a loop
+    elif merge == "wgmma_lean":
+        cfg = dataclasses.replace(SparseAttnConfig.with_steps(16, 64, 4, 128, 512, num_warps=8),
+                                  wgmma=True, lean=True, pdl=True, pdl_entry=True)
     else:
         cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=merge == "fused")
-    if merge != "wgmma":  # the wgmma default keeps its dependent launches
+    if not merge.startswith("wgmma"):  # the wgmma configs keep their dependent launches
         cfg = dataclasses.replace(cfg, pdl=merge.endswith("_pdl"))
     ws = make_workspace(t, 16, 512, 128, 512, dev, cfg)
     out = torch.empty_like(inp.q)
@@ -534,14 +538,15 @@ def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["triton", "wgmma"])
+@pytest.mark.parametrize("kernel", ["triton", "wgmma", "wgmma_tiles2"])
 @pytest.mark.parametrize("magnitude", [3.0, 1e-3])
 def test_gpu_records_are_exact_bf16(kernel, magnitude):
     """The dequantised tiles are exact: with one key per row the output is that key (bf16).
-    ``triton``: the Triton kernels' fp32 decode; ``wgmma``: the Hopper kernel's bf16x2 decode;
-    ``1e-3``: e4m3 scales down to subnormal."""
+    ``triton``: the Triton kernels' fp32 decode; ``wgmma``: the Hopper kernel's bf16x2 decode
+    (its default here is lean; ``wgmma_tiles2`` the two-tile variant); ``1e-3``: e4m3 scales
+    down to subnormal."""
     dev = torch.device("cuda")
-    if kernel == "wgmma" and not is_hopper(dev):
+    if kernel.startswith("wgmma") and not is_hopper(dev):
         pytest.skip("wgmma: Hopper only")
     inp = Inputs(Case(2, 1, 16, 512, sinks=False, **PROD), dev)
     inp.positions.fill_(-1)  # no window keys
@@ -553,8 +558,9 @@ def test_gpu_records_are_exact_bf16(kernel, magnitude):
     for t in range(inp.row_slots.shape[0]):  # entry 3 may be unwritten (NaN poison): write it
         latent = (torch.randn(1, 512, device=dev) * magnitude).to(torch.bfloat16)
         C.write_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry, latent)
-    if kernel == "wgmma":
-        cfg = wgmma_config(2, 16, 128, 512)
+    if kernel.startswith("wgmma"):
+        variant = "tiles2" if kernel == "wgmma_tiles2" else None
+        cfg = wgmma_config(2, 16, 128, 512, variant=variant)
     else:
         cfg = pick_default(2, 16, 512, 128, 512)
     out = sparse_attn(*inp.args(), **inp.kwargs(), config=cfg)
@@ -618,20 +624,24 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
                  N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
     out[f"merge-{n_split}-h{block_h}-pdl{pdl}-{acc[1:]}"] = build(K._merge_kernel, const, 4,
                                                                   ws_acc_ptr=acc)
-# the Hopper wgmma kernel (Gluon) at its default configs (dependent launches), with and
-# without an index list (6: one-step splits), and with plain launches
+# the Hopper wgmma kernel (Gluon) at its default configs (every variant the rule picks: lean
+# one-step at 6 rows, two tiles one-step at 12, lean at 4 warps one-step at 24, two tiles by
+# its rule at 32, lean by its rule at 48 and 192), window only, two tiles at 192 rows, and
+# plain launches
 from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
-for rows, n_sel, dep, lean in ((6, 512, True, False), (48, 512, True, False),
-                               (192, 512, True, False), (48, 0, True, False),
-                               (48, 512, False, False), (192, 512, True, True),
-                               (48, 0, True, True)):
-    cfg = wgmma_config(rows, 16, 128, n_sel, lean=lean)
+for rows, n_sel, variant, dep in ((6, 512, None, True), (12, 512, None, True),
+                                  (24, 512, None, True), (32, 512, None, True),
+                                  (48, 512, None, True), (192, 512, None, True),
+                                  (48, 0, None, True), (192, 512, "tiles2", True),
+                                  (48, 512, "tiles2", False)):
+    cfg = wgmma_config(rows, 16, 128, n_sel, variant=variant)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
                  C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0,
-                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep, LEAN=lean)
-    name = f"wgmma-{rows}-K{n_sel}{'' if dep else '-plain'}{'-lean' if lean else ''}"
+                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep, LEAN=cfg.lean)
+    name = f"wgmma-{rows}-K{n_sel}-{variant or 'default'}{'' if dep else '-plain'}"
     out[name] = spill_stores(G._wgmma_attn_kernel, const, cfg.num_warps, PTR,
-                             scalar_types={"qk_scale": "fp32"}, maxnreg=128 if lean else 0)
+                             scalar_types={"qk_scale": "fp32"},
+                             maxnreg=128 if cfg.lean and cfg.num_warps == 8 else 0)
 print(json.dumps(out))
 '''
 
@@ -652,7 +662,8 @@ def test_compiles_for_sm90_without_spills():
     assert spills.pop("default-6x64-K512") <= 24
     assert spills.pop("partials_bf16-192x16") <= 100
     assert spills.pop("block_h32") <= 20  # a sweep layout, 255 registers (0 before session 5)
-    # the lean wgmma variant at its 128-register cap: 144 B (loop-invariant 64-bit copy
-    # addresses, reloaded from L1 once a step; session 12)
-    assert spills.pop("wgmma-192-K512-lean") <= 160
+    # the lean wgmma variant at its 128-register cap (48 rows: 2 steps, 192: 8): 144-148 B
+    # (loop-invariant 64-bit copy addresses, reloaded from L1 once a step; session 12)
+    assert spills.pop("wgmma-48-K512-default") <= 160
+    assert spills.pop("wgmma-192-K512-default") <= 160
     assert spills == {k: 0 for k in spills}, spills  # the wgmma kernel's included

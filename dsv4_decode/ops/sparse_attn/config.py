@@ -142,23 +142,58 @@ class SparseAttnConfig:
         return ds == 1 or (ds >= 2 and ds & (ds - 1) == 0 and head_dim // ds >= 32)
 
 
-def wgmma_config(rows: int, heads: int, window: int, n_sel: int,
-                 sm_count: int = 132, lean: bool = False) -> SparseAttnConfig:
-    """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, 8 warps, one CTA a SM
-    (127 registers, 214 KB of shared memory). Where one-step splits (one per 64 keys) fit one
-    wave, those (session 11, H200, same process: 1 x 6 x 16 8.58 us against 11.85 for the rule
-    below and 10.51 for the Triton one-step layout; 2 x 6 x 16 10.06 / 12.84 / 13.71; 1 x 1 x
-    16 8.41 / 11.56 / 10.23); else the ``_steps`` rule, then twice the steps from two waves (a
-    split's prologue (q, the index -> page chain, the first copies) is not overlapped by
-    another CTA on its SM, so fewer, longer splits pay: 32 x 6 x 16 68.73 against 71.48 us,
-    16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57 against 69.61; at 8 x 6 x 16 (1.8
-    waves) 28.90 against 23.78, and one-step splits 29.50); never fewer than two splits (there
-    is no in-place finalisation on that path).
+def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int = 132,
+                 variant: str | None = None) -> SparseAttnConfig:
+    """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, the merge kernel, both
+    kernels programmatic dependent launches. ``variant`` "tiles2" (two key tiles, 8 warps, one
+    CTA a SM) or "lean" (``config.lean``, 8 warps, two CTAs a SM) gives that variant split by
+    its own rule (``_wgmma_rule``); None, the default, picks by the one-step splits' CTA count
+    n1 (groups x splits) against the SMs, from session 12's same-process comparison of the
+    three (``scripts/sparse_ab.py``, H200, all 24 benchmark cells; lean at 4 warps is one
+    warpgroup a CTA, two CTAs a SM, 255 registers):
+    - n1 <= 3/4 of the SMs: lean one-step splits (1 x 6 x 16 7.16 us against 7.73 with two
+      tiles; 1 x 1 x 16 6.50 / 7.28; 2 x 1 x 64 7.26 / 7.73);
+    - n1 <= the SMs: two tiles, one-step splits (2 x 6 x 16 8.75 against 9.11 lean: lean CTAs
+      can land two on a SM while others idle);
+    - n1 <= twice the SMs: lean one-step splits at 4 warps (4 x 6 x 16 11.86 against 12.92 two
+      tiles and 12.91 lean at 8 warps; 1 x 6 x 64 11.36 / 12.54 / 12.46);
+    - the two-tile rule's splits fit one wave (one CTA a SM): those (32 x 1 x 16 15.82 against
+      19.06 lean, 8 x 1 x 64 15.23 / 18.55: lean's rule leaves SMs with two CTAs beside SMs
+      with one);
+    - else lean by its rule (8 x 6 x 16 20.52 against 22.38, 16 x 6 x 16 36.45 / 39.27,
+      32 x 6 x 64 209.2 / 230.6, 32 x 1 x 64 46.9 / 56.5; 32 x 6 x 16 65.7 either way).
+    Dependent launches (session 12, ``scripts/pdl_ab.py``, two tiles): -0.95 to -1.23 us at 1-2
+    requests, -0.89 at 8 x 6 x 16, -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11 at 32 x 1
+    x 16; outputs bitwise equal."""
+    if variant is not None:
+        return _wgmma_rule(rows, heads, window, n_sel, sm_count, variant == "lean")
+    groups = rows * -(-heads // 16)
+    one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8, wgmma=True,
+                                      pdl=True, pdl_entry=True)
+    n1 = groups * one.n_split
+    if 4 * n1 <= 3 * sm_count:
+        return replace(one, lean=True)
+    if n1 <= sm_count:
+        return one
+    if n1 <= 2 * sm_count:
+        return replace(one, lean=True, num_warps=4)
+    tiles2 = _wgmma_rule(rows, heads, window, n_sel, sm_count, False)
+    if groups * tiles2.n_split <= sm_count:
+        return tiles2
+    return _wgmma_rule(rows, heads, window, n_sel, sm_count, True)
 
-    Both kernels are programmatic dependent launches (``pdl`` and ``pdl_entry``; the attention
-    kernel loads nothing before its wait): session 12, same process (``scripts/pdl_ab.py``),
-    -0.95 to -1.23 us at 1-2 requests (1 x 6 x 16 7.74 against 8.69), -0.89 at 8 x 6 x 16,
-    -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11 at 32 x 1 x 16; outputs bitwise equal."""
+
+def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int, sm_count: int,
+                lean: bool) -> SparseAttnConfig:
+    """One wgmma variant's split rule (8 warps; slots = SMs x its CTAs a SM). Where one-step
+    splits (one per 64 keys) fit one wave, those (session 11, H200, two tiles, same process:
+    1 x 6 x 16 8.58 us against 11.85 for the rule below and 10.51 for the Triton one-step
+    layout; 2 x 6 x 16 10.06 / 12.84 / 13.71; 1 x 1 x 16 8.41 / 11.56 / 10.23); else the
+    ``_steps`` rule, then twice the steps from two waves (a split's prologue (q, the index ->
+    page chain, the first copies) is not overlapped by another CTA on its SM, so fewer, longer
+    splits pay: 32 x 6 x 16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x
+    64 67.57 against 69.61; at 8 x 6 x 16 (1.8 waves) 28.90 against 23.78, and one-step splits
+    29.50); never fewer than two splits (there is no in-place finalisation on that path)."""
     groups = rows * -(-heads // 16)
     slots = sm_count * (2 if lean else 1)
     flags = dict(wgmma=True, lean=lean, pdl=True, pdl_entry=True)
@@ -195,7 +230,7 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
 
     ``wgmma`` (a Hopper GPU, ``api.pick_config``): the wgmma kernel at every shape of head dim
     512 (``wgmma_config``; session 11: -6 to -27 % against this function's Triton choice in all
-    24 cells of the benchmark, same run)."""
+    24 cells of the benchmark, same run; session 12 added its lean variants)."""
     if wgmma and head_dim == 512:
         return wgmma_config(rows, heads, window, n_sel, sm_count)
     if head_dim >= 256:
