@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 out="${1:-results}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-sections="--section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis"
+sections="--section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
 probe() {  # name kernel-regex skip count case...
   local name=$1 kre=$2 skip=$3 count=$4
   shift 4
@@ -24,6 +24,7 @@ for c in ${PROBES:-sparse32x6 sparse1x6 moe48 moe6 moe1}; do
     sparse32x6) probe sparse32x6 _sparse_attn_kernel 3 1 sparse_attn 32x6x16 ;;
     sparse32x6w) probe sparse32x6w _wgmma_attn_kernel 3 1 sparse_attn 32x6x16:wgmma ;;
     sparse8x6w) probe sparse8x6w _wgmma_attn_kernel 3 1 sparse_attn 8x6x16:wgmma ;;
+    sparse32x6t) probe sparse32x6t _wgmma_attn_kernel 3 1 sparse_attn 32x6x16:tiles2 ;;
     sparse1x6) probe sparse1x6 "_sparse_attn_kernel|_merge_kernel" 6 2 sparse_attn 1x6x16 ;;
     moe48) probe moe48 "_moe_(up|down)_kernel" 6 2 moe 48 ;;
     moe6) probe moe6 "_moe_(up|down)_kernel|_router" 12 4 moe 6 ;;

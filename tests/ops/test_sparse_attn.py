@@ -662,8 +662,4 @@ def test_compiles_for_sm90_without_spills():
     assert spills.pop("default-6x64-K512") <= 24
     assert spills.pop("partials_bf16-192x16") <= 100
     assert spills.pop("block_h32") <= 20  # a sweep layout, 255 registers (0 before session 5)
-    # the lean wgmma variant at its 128-register cap (48 rows: 2 steps, 192: 8): 144-148 B
-    # (loop-invariant 64-bit copy addresses, reloaded from L1 once a step; session 12)
-    assert spills.pop("wgmma-48-K512-default") <= 160
-    assert spills.pop("wgmma-192-K512-default") <= 160
     assert spills == {k: 0 for k in spills}, spills  # the wgmma kernel's included

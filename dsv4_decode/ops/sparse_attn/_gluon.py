@@ -49,17 +49,24 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @gluon.jit
-def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, PAIRS: gl.constexpr):
-    """The row's 16 queries of this head block (0 past n_heads) into ``q_s``; PAIRS: the even
-    dims first, then the odd ones (the NVFP4 tile's order)."""
+def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, SPAN: gl.constexpr):
+    """The row's 16 queries of this head block (0 past n_heads) into ``q_s``; SPAN > 0: in
+    the NVFP4 tile's order, each span of SPAN dims as its even dims, then its odd ones
+    (``_pairs_order``)."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
     h = h0 + gl.arange(0, 16, layout=gl.SliceLayout(1, blk))
     d = gl.arange(0, D, layout=gl.SliceLayout(0, blk))
     offs = gl.expand_dims((row.to(gl.int64) * n_heads + h) * D, 1) + gl.expand_dims(d, 0)
     q = gl.load(q_ptr + offs, mask=gl.expand_dims(h < n_heads, 1), other=0.0)
-    if PAIRS:
-        q = q.reshape([16, D // 2, 2]).permute(0, 2, 1).reshape([16, D])
+    if SPAN:
+        q = q.reshape([16, D // SPAN, SPAN // 2, 2]).permute(0, 1, 3, 2).reshape([16, D])
     q_s.store(q)
+
+
+@gluon.jit
+def _pairs_order(acc, D: gl.constexpr, SPAN: gl.constexpr):
+    """acc^T rows in the NVFP4 tile's column order (``_load_q``'s SPAN) -> dim order."""
+    return acc.reshape([D // SPAN, 2, SPAN // 2, 16]).permute(0, 2, 1, 3).reshape([D, 16])
 
 
 @gluon.jit
@@ -80,6 +87,16 @@ def _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o: gl.constexpr
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))
     acc = warpgroup_mma(k_s.permute((1, 0)), p_s, acc * gl.expand_dims(alpha_o, 0))
     return m_new, l_i, acc
+
+
+@gluon.jit
+def _loop_zero(it):
+    """0, computed from the loop counter ``it`` in PTX the compiler cannot see through: a
+    shared-memory view indexed by it is rebuilt every step (the lean loops' one key tile and q
+    would otherwise have all 64 of their wgmma descriptors hoisted out of the loop, and
+    spilled under the 128-register cap)."""
+    return gl.inline_asm_elementwise("mov.b32 $0, 0;", "=r,r", [it], dtype=gl.int32,
+                                     is_pure=True, pack=1)
 
 
 @gluon.jit
@@ -172,7 +189,7 @@ def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, ro
                  win_ok, w_i0, w_hi, ring, WINDOW, D)
     _window_copy(win_ptr, raw_s.index(1), rsc_s.index(1).slice(0, D // 32, dim=1), slot, pos,
                  win_ok, w_i0 + 64, w_hi, ring, WINDOW, D)
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, False)  # during the records' round trip
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, 0)  # during the records' round trip
     async_copy.wait_group(1)
     gl.thread_barrier()
     _window_dequant(k_s.index(0), raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), D)
@@ -225,15 +242,19 @@ def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
 
 
 @gluon.jit
-def _window_split_lean(q_ptr, win_ptr, k_s, q_s, p_s, m_i, l_i, acc, row, h0, n_heads, slot,
+def _window_split_lean(q_ptr, win_ptr, k_1, q_1, p_s, m_i, l_i, acc, row, h0, n_heads, slot,
                        pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
                        D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
                        mma_o: gl.constexpr):
-    """``_window_split`` on one key tile, the records loaded into registers (all four
-    chunks' loads issued before the barrier that frees the tile); D = 512."""
+    """``_window_split`` on one key tile (``k_1`` [1, 64, D], q in ``q_1`` [1, 16, D]), the
+    records loaded into registers (all four chunks' loads issued before the barrier that
+    frees the tile); D = 512."""
     rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, False)
+    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 0)
     for it in range(W_STEPS):
+        z = _loop_zero(it)
+        k_s = k_1.index(z)
+        q_s = q_1.index(z)
         rec, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                   rows_l)
         c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D)
@@ -266,7 +287,13 @@ def _fp4_layout(warps):
 def _index(idx_ptr, row, c0, c_hi, k_sel):
     """Index-list columns ``c0 .. c0+64`` of ``row`` (>= c_hi read as -1), in the copies'
     row layout."""
-    rows_l: gl.constexpr = gl.SliceLayout(1, _copy_layout(16, 4, gl.num_warps()))
+    return _index_in(idx_ptr, row, c0, c_hi, k_sel,
+                     gl.SliceLayout(1, _copy_layout(16, 4, gl.num_warps())))
+
+
+@gluon.jit
+def _index_in(idx_ptr, row, c0, c_hi, k_sel, rows_l: gl.constexpr):
+    """``_index`` in the row layout ``rows_l``."""
     c = c0 + gl.arange(0, 64, layout=rows_l)
     return gl.load(idx_ptr + row.to(gl.int64) * k_sel + c, mask=c < c_hi, other=-1)
 
@@ -358,7 +385,7 @@ def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rs
     j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
     j3 = _index(idx_ptr, row, c_0 + 192, c_hi, k_sel)
     j4 = _index(idx_ptr, row, c_0 + 256, c_hi, k_sel)
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, True)  # during the chain's round trips
+    _load_q(q_ptr, q_s, row, h0, n_heads, D, D)  # during the chain's round trips
     rec, v0 = _rec(j0, _page(bt_ptr, j0, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
     _fp4_copy(comp_ptr, raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), rec, v0, D)
     rec, v1 = _rec(j1, _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
@@ -401,36 +428,58 @@ def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rs
 
 
 @gluon.jit
-def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i,
+def _fp4_dequant_spans(k_s, packed_s, sc_s, D: gl.constexpr):
+    """``_fp4_dequant`` in spans of 128 dims: each chunk's even dims then its odd dims, one
+    store a chunk (each store to the tile after another costs a CTA barrier: Triton's
+    shared-memory hazard pass sees one buffer, not the columns)."""
+    L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
+    for c in gl.static_range(D // 128):
+        packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
+        sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
+        scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
+        k_e, k_o = gl.inline_asm_elementwise(
+            _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
+            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+        k = gl.join(k_e, k_o).permute(0, 3, 1, 2).reshape([64, 128])
+        k_s.slice(c * 128, 128, dim=1).store(k)
+
+
+@gluon.jit
+def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_s, rsc_s, m_i,
                            l_i, acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
                            max_pages, qk_scale, D: gl.constexpr, PAGE: gl.constexpr,
                            C_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
-    """``_compressed_split`` on one key tile and one staging stage: step i + 1's copies are
-    issued once step i is dequantised, and fly during its products; the index -> page chain
-    runs three / two steps ahead."""
+    """``_compressed_split`` on one key tile (``k_1`` [1, 64, D], q in ``q_1`` [1, 16, D]) and
+    one staging stage: step i + 1's copies are
+    issued once step i is dequantised, and fly during its products; its index is loaded two
+    steps ahead, its block-table entry at the top of step i (a short chain: fewer registers
+    held across steps under the 128-register cap)."""
     j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
     j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
-    j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, True)  # during the chain's round trips
+    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 128)  # during the chain's round trips
     rec, v0 = _rec(j0, _page(bt_ptr, j0, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
     _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v0, D)
-    page1 = _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE)
     for it in range(C_STEPS):
-        j3 = _index(idx_ptr, row, c_0 + (it + 3) * 64, c_hi, k_sel)
-        page2 = _page(bt_ptr, j2, slot, sel_ok, max_pages, PAGE)
+        z = _loop_zero(it)
+        k_s = k_1.index(z)
+        q_s = q_1.index(z)
+        j2 = _index(idx_ptr, row, c_0 + (it + 2) * 64, c_hi, k_sel)
+        page1 = _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE)
+        # this step's validity loaded again in the scores' row layout (L1 / L2 hits, used
+        # after the dequantisation): converting the copies' would cost two CTA barriers
+        jm = _index_in(idx_ptr, row, c_0 + it * 64, c_hi, k_sel, gl.SliceLayout(1, mma_s))
+        _, vm = _rec(jm, _page(bt_ptr, jm, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
         async_copy.wait_group(0)  # this thread's copies of step it have landed
         gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
-        _fp4_dequant(k_s, raw_s, rsc_s, D)
+        _fp4_dequant_spans(k_s, raw_s, rsc_s, D)
         fence_async_shared()
         gl.thread_barrier()  # the tile is written, the stage read
         rec, v1 = _rec(j1, page1, n_pages, D, PAGE)
         _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)
         s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
-        m_i, l_i, acc = _softmax_pv(s, k_s, p_s, v0, m_i, l_i, acc, qk_scale, mma_o)
-        v0 = v1
+        m_i, l_i, acc = _softmax_pv(s, k_s, p_s, vm, m_i, l_i, acc, qk_scale, mma_o)
         j1 = j2
-        page1 = page2
-        j2 = j3
     async_copy.wait_group(0)
     return m_i, l_i, acc
 
@@ -476,7 +525,8 @@ def _wgmma_attn_kernel(
     # and their scales); LEAN (``config.lean``): one of each, NVFP4 only
     NT: gl.constexpr = 1 if LEAN else 2
     k_s = gl.allocate_shared_memory(gl.bfloat16, [NT, 64, D], k_l)
-    q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], k_l)
+    q_1 = gl.allocate_shared_memory(gl.bfloat16, [1, 16, D], k_l)
+    q_s = q_1.index(0)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
     raw_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 2 if LEAN else D], _staging())
     rsc_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 16], _staging())
@@ -491,7 +541,7 @@ def _wgmma_attn_kernel(
         w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
         if LEAN:
             m_i, l_i, acc = _window_split_lean(
-                q_ptr, win_ptr, k_s.index(0), q_s, p_s, m_i, l_i, acc, row, pid_h * 16,
+                q_ptr, win_ptr, k_s, q_1, p_s, m_i, l_i, acc, row, pid_h * 16,
                 n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
                 mma_s, mma_o)
         else:
@@ -505,7 +555,7 @@ def _wgmma_attn_kernel(
             c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
             if LEAN:
                 m_i, l_i, acc = _compressed_split_lean(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s.index(0), q_s, p_s, raw_s.index(0),
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_1, p_s, raw_s.index(0),
                     rsc_s.index(0), m_i, l_i, acc, row, pid_h * 16, n_heads, slot_c, sel_ok,
                     c_0, c_hi, k_sel, n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS,
                     mma_s, mma_o)
@@ -524,8 +574,8 @@ def _wgmma_attn_kernel(
     offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(d, 1)
     if is_win:
         gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
-    else:  # the tile's columns were the even dims, then the odd ones: interleave the rows
-        acc_d = acc.reshape([2, D // 2, 16]).permute(1, 0, 2).reshape([D, 16])
+    else:  # the tile's columns were even dims, then odd ones, by spans: interleave the rows
+        acc_d = _pairs_order(acc, D, 128 if LEAN else D)
         gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
     rs = base + gl.arange(0, 16, layout=gl.SliceLayout(0, mma_s))
     gl.store(ws_m_ptr + rs, m_i)
