@@ -160,8 +160,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
     wgmma kernel, ``ours_triton`` (the Triton kernels' default), else ``wgmma`` (the wgmma
     kernel's config), and the wgmma kernel with half and twice the steps
-    (``wgmma_steps<n>``); its variants by their own rules (``wgmma_tiles2``, ``wgmma_lean``,
-    ``wgmma_lean_w4``: lean at 4 warps) and lean at other steps (``wgmma_lean_steps<n>``).
+    (``wgmma_steps<n>``) and its variants by their own rules (``wgmma_tiles2``: two key tiles,
+    ``wgmma_lean8``: lean at 8 warps).
     Variants of the Triton kernels' default: its merge as a programmatic dependent launch
     (``_pdl``) or by the last CTA (``_fused``), bf16 split partials (``_bf16``), other step
     counts (``_steps<n>``); where it is the one-step 64-key layout, one-step 32-key splits at
@@ -196,22 +196,16 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
         wg = out["ours"]
         if not wg.wgmma:  # the one-step layout's cells: the wgmma kernel beside it
             wg = out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
-        flags = dict(wgmma=True, pdl=True, pdl_entry=True)
+        # its steps halved and doubled (its own lean flag and warps), and the variants by
+        # their own rules (session 12): two tiles, lean at 8 warps
         for st in sorted({max(wg.w_steps, wg.c_steps) * 2, max(wg.w_steps, wg.c_steps) // 2}
                          - {0}):
-            c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8, **flags)
+            c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=wg.num_warps,
+                                            wgmma=True, lean=wg.lean, pdl=True, pdl_entry=True)
             if c.n_split > 1:
                 out[f"wgmma_steps{st}"] = c
-        # the variants by their own rules (session 12), and lean at other steps
         out["wgmma_tiles2"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="tiles2")
-        lean = out["wgmma_lean"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="lean")
-        out["wgmma_lean_w4"] = dataclasses.replace(lean, num_warps=4)
-        lean_steps = max(lean.w_steps, lean.c_steps)
-        for st in sorted({lean_steps * 2, lean_steps // 2} - {0}):
-            c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=8,
-                                            lean=True, **flags)
-            if c.n_split > 1:
-                out[f"wgmma_lean_steps{st}"] = c
+        out["wgmma_lean8"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="lean")
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     seen, unique = set(), {}

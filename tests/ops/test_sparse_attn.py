@@ -624,16 +624,15 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
                  N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
     out[f"merge-{n_split}-h{block_h}-pdl{pdl}-{acc[1:]}"] = build(K._merge_kernel, const, 4,
                                                                   ws_acc_ptr=acc)
-# the Hopper wgmma kernel (Gluon) at its default configs (every variant the rule picks: lean
-# one-step at 6 rows, two tiles one-step at 12, lean at 4 warps one-step at 24, two tiles by
-# its rule at 32, lean by its rule at 48 and 192), window only, two tiles at 192 rows, and
-# plain launches
+# the Hopper wgmma kernel (Gluon) at its default configs (lean: one-step at 8 warps at 6
+# rows, at 4 warps at 12 and 24; the lean rule at 4 warps from 32), window only, lean at 8
+# warps with several steps, two tiles, and plain launches
 from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
 for rows, n_sel, variant, dep in ((6, 512, None, True), (12, 512, None, True),
                                   (24, 512, None, True), (32, 512, None, True),
                                   (48, 512, None, True), (192, 512, None, True),
-                                  (48, 0, None, True), (192, 512, "tiles2", True),
-                                  (48, 512, "tiles2", False)):
+                                  (48, 0, None, True), (192, 512, "lean", True),
+                                  (192, 512, "tiles2", True), (48, 512, "tiles2", False)):
     cfg = wgmma_config(rows, 16, 128, n_sel, variant=variant)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
                  C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0,

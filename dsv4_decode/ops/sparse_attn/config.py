@@ -146,41 +146,27 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int =
                  variant: str | None = None) -> SparseAttnConfig:
     """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, the merge kernel, both
     kernels programmatic dependent launches. ``variant`` "tiles2" (two key tiles, 8 warps, one
-    CTA a SM) or "lean" (``config.lean``, 8 warps, two CTAs a SM) gives that variant split by
-    its own rule (``_wgmma_rule``); None, the default, picks by the one-step splits' CTA count
-    n1 (groups x splits) against the SMs, from session 12's same-process comparison of the
-    three (``scripts/sparse_ab.py``, H200, all 24 benchmark cells; lean at 4 warps is one
-    warpgroup a CTA, two CTAs a SM, 255 registers):
-    - n1 <= 3/4 of the SMs: lean one-step splits (1 x 6 x 16 7.16 us against 7.73 with two
-      tiles; 1 x 1 x 16 6.50 / 7.28; 2 x 1 x 64 7.26 / 7.73);
-    - n1 <= the SMs: two tiles, one-step splits (2 x 6 x 16 8.75 against 9.11 lean: lean CTAs
-      can land two on a SM while others idle);
-    - n1 <= twice the SMs: lean one-step splits at 4 warps (4 x 6 x 16 11.86 against 12.92 two
-      tiles and 12.91 lean at 8 warps; 1 x 6 x 64 11.36 / 12.54 / 12.46);
-    - the two-tile rule's splits fit one wave (one CTA a SM): those (32 x 1 x 16 15.82 against
-      19.06 lean, 8 x 1 x 64 15.23 / 18.55: lean's rule leaves SMs with two CTAs beside SMs
-      with one);
-    - else lean by its rule (8 x 6 x 16 20.52 against 22.38, 16 x 6 x 16 36.45 / 39.27,
-      32 x 6 x 64 209.2 / 230.6, 32 x 1 x 64 46.9 / 56.5; 32 x 6 x 16 65.7 either way).
+    CTA a SM) or "lean" (``config.lean``: one tile, 8 warps, two CTAs a SM) gives that variant
+    split by its own rule (``_wgmma_rule``). None, the default: lean everywhere, by the one-step
+    splits' CTA count n1 (groups x splits) against the SMs; session 12's same-process
+    comparison of the variants (``scripts/sparse_ab.py``, H200, all 24 benchmark cells, run 6):
+    - n1 <= 3/4 of the SMs: one-step splits at 8 warps (1 x 6 x 16 7.17 us against 7.43 at 4
+      warps and 7.70 with two tiles; 1 x 1 x 16 6.62 / 6.88 / 7.41);
+    - else the lean rule at 4 warps (one warpgroup a CTA: S^T reads the key tile once, not once
+      a warpgroup; 255 registers): 32 x 6 x 16 53.7 against 58.7 at 8 warps and 66.2 with two
+      tiles, 8 x 6 x 16 17.2 / 17.6 / 22.4, 32 x 6 x 64 168.0 / 185.8 / 229.6, 4 x 6 x 16
+      12.3 / 13.3 / 13.0; two tiles are within 1 % at 2 x 6 x 16 (8.78 against 8.81) and
+      32 x 1 x 16 (15.78 / 15.87), slower everywhere else.
     Dependent launches (session 12, ``scripts/pdl_ab.py``, two tiles): -0.95 to -1.23 us at 1-2
     requests, -0.89 at 8 x 6 x 16, -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11 at 32 x 1
     x 16; outputs bitwise equal."""
     if variant is not None:
         return _wgmma_rule(rows, heads, window, n_sel, sm_count, variant == "lean")
     groups = rows * -(-heads // 16)
-    one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8, wgmma=True,
-                                      pdl=True, pdl_entry=True)
-    n1 = groups * one.n_split
-    if 4 * n1 <= 3 * sm_count:
-        return replace(one, lean=True)
-    if n1 <= sm_count:
-        return one
-    if n1 <= 2 * sm_count:
-        return replace(one, lean=True, num_warps=4)
-    tiles2 = _wgmma_rule(rows, heads, window, n_sel, sm_count, False)
-    if groups * tiles2.n_split <= sm_count:
-        return tiles2
-    return _wgmma_rule(rows, heads, window, n_sel, sm_count, True)
+    one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
+    if 4 * groups * one.n_split <= 3 * sm_count:
+        return replace(one, wgmma=True, lean=True, pdl=True, pdl_entry=True)
+    return replace(_wgmma_rule(rows, heads, window, n_sel, sm_count, True), num_warps=4)
 
 
 def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int, sm_count: int,
