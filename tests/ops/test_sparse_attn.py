@@ -661,8 +661,4 @@ def test_compiles_for_sm90_without_spills():
     assert spills.pop("default-6x64-K512") <= 24
     assert spills.pop("partials_bf16-192x16") <= 100
     assert spills.pop("block_h32") <= 20  # a sweep layout, 255 registers (0 before session 5)
-    # the wgmma default at 4 warps with several steps (255 registers): one value stored
-    # before the loop and reloaded after it (session 12, two spans a store)
-    for rows in (32, 48, 192):
-        assert spills.pop(f"wgmma-{rows}-K512-default") <= 8
     assert spills == {k: 0 for k in spills}, spills  # the wgmma kernel's included

@@ -234,11 +234,11 @@ def _window_chunk_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _window_chunk(codes, sc):
-    """e4m3 codes x 2^(ue8m0 - 127) -> the exact bf16 keys ``[64, 128]`` of one chunk."""
+def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
+    """e4m3 codes x 2^(ue8m0 - 127) -> the exact bf16 keys of dims ``c*128 .. +128``."""
     scale = (sc.to(gl.int32) << 23).to(gl.float32, bitcast=True)
     k = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gl.expand_dims(scale, 2)
-    return k.reshape([64, 128]).to(gl.bfloat16)
+    k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]).to(gl.bfloat16))
 
 
 @gluon.jit
@@ -262,14 +262,10 @@ def _window_split_lean(q_ptr, win_ptr, k_1, q_1, p_s, m_i, l_i, acc, row, h0, n_
         c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
         c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
         gl.thread_barrier()  # every warp's wgmmas of the previous step are done
-        if gl.num_warps() == 4:  # two chunks a store (as _fp4_dequant_spans)
-            _store_spans(k_s, _window_chunk(c0, s0), _window_chunk(c1, s1), 0)
-            _store_spans(k_s, _window_chunk(c2, s2), _window_chunk(c3, s3), 2)
-        else:
-            k_s.slice(0, 128, dim=1).store(_window_chunk(c0, s0))
-            k_s.slice(128, 128, dim=1).store(_window_chunk(c1, s1))
-            k_s.slice(256, 128, dim=1).store(_window_chunk(c2, s2))
-            k_s.slice(384, 128, dim=1).store(_window_chunk(c3, s3))
+        _window_chunk_store(k_s, c0, s0, 0)
+        _window_chunk_store(k_s, c1, s1, 1)
+        _window_chunk_store(k_s, c2, s2, 2)
+        _window_chunk_store(k_s, c3, s3, 3)
         fence_async_shared()
         gl.thread_barrier()
         s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
@@ -432,38 +428,21 @@ def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rs
 
 
 @gluon.jit
-def _fp4_span(packed_s, sc_s, c: gl.constexpr):
-    """Chunk c (128 dims) of one stage's records -> bf16 keys x 2^-8 ``[64, 128]``: its even
-    dims, then its odd dims (``_FP4_ASM``)."""
+def _fp4_dequant_spans(k_s, packed_s, sc_s, D: gl.constexpr):
+    """``_fp4_dequant`` in spans of 128 dims: each chunk's even dims then its odd dims, one
+    store a chunk (each store to the tile after another costs a CTA barrier: Triton's
+    shared-memory hazard pass sees one buffer, not the columns)."""
     L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
     L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
-    packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
-    sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
-    scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
-    k_e, k_o = gl.inline_asm_elementwise(
-        _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
-        dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
-    return gl.join(k_e, k_o).permute(0, 3, 1, 2).reshape([64, 128])
-
-
-@gluon.jit
-def _store_spans(k_s, a, b, c: gl.constexpr):
-    """Spans c and c + 1 (``[64, 128]`` each) into the tile in one store."""
-    k_s.slice(c * 128, 256, dim=1).store(gl.join(a, b).permute(0, 2, 1).reshape([64, 256]))
-
-
-@gluon.jit
-def _fp4_dequant_spans(k_s, packed_s, sc_s, D: gl.constexpr):
-    """``_fp4_dequant`` in spans of 128 dims (each chunk's even dims, then its odd dims), as
-    few stores as the registers allow: every store to the tile after another costs a CTA
-    barrier (Triton's shared-memory hazard pass sees one buffer, not its columns). 4 warps
-    (255 registers): two spans a store; 8 warps (128): one."""
-    if gl.num_warps() == 4:
-        for c in gl.static_range(0, D // 128, 2):
-            _store_spans(k_s, _fp4_span(packed_s, sc_s, c), _fp4_span(packed_s, sc_s, c + 1), c)
-    else:
-        for c in gl.static_range(D // 128):
-            k_s.slice(c * 128, 128, dim=1).store(_fp4_span(packed_s, sc_s, c))
+    for c in gl.static_range(D // 128):
+        packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
+        sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
+        scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
+        k_e, k_o = gl.inline_asm_elementwise(
+            _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
+            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+        k = gl.join(k_e, k_o).permute(0, 3, 1, 2).reshape([64, 128])
+        k_s.slice(c * 128, 128, dim=1).store(k)
 
 
 @gluon.jit
