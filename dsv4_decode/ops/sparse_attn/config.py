@@ -150,8 +150,8 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int =
     split by its own rule (``_wgmma_rule``). None, the default: lean everywhere, by the one-step
     splits' CTA count n1 (groups x splits) against the SMs; session 12's same-process
     comparison of the variants (``scripts/sparse_ab.py``, H200, all 24 benchmark cells, run 6):
-    - n1 <= 3/4 of the SMs: one-step splits at 8 warps (1 x 6 x 16 7.17 us against 7.43 at 4
-      warps and 7.70 with two tiles; 1 x 1 x 16 6.62 / 6.88 / 7.41);
+    - n1 <= 3/4 of the SMs: one-step splits at 8 warps (1 x 6 x 16 7.17 us against 7.44 at 4
+      warps and 7.70 with two tiles; 1 x 1 x 16 6.63 / 6.88 / 7.42);
     - else the lean rule at 4 warps (one warpgroup a CTA: S^T reads the key tile once, not once
       a warpgroup; 255 registers): 32 x 6 x 16 53.7 against 58.7 at 8 warps and 66.2 with two
       tiles, 8 x 6 x 16 17.2 / 17.6 / 22.4, 32 x 6 x 64 168.0 / 185.8 / 229.6, 4 x 6 x 16
