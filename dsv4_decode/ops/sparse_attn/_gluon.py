@@ -3,14 +3,15 @@
 ``_wgmma_attn_kernel`` computes the same split partials as ``_triton._sparse_attn_kernel``
 (grid ``(n_split, head blocks, rows)``, 16 heads a CTA, partials ``(m, l, acc)`` in the
 workspace, merged by ``_triton._merge_kernel``), with both products on warpgroup MMAs and the
-keys in the MMA's M, 64 keys a step, 8 warps (two warpgroups), one CTA a SM:
+keys in the MMA's M, 64 keys a step, in two variants (``LEAN``, below): two key tiles at 8
+warps, one CTA a SM; or lean, one tile at 8 or 4 warps, two CTAs a SM (the default):
 
 - ``S^T [64 keys, 16 heads] = K Q^T``: A = the step's key tile (bf16 ``[64, 512]`` in shared
-  memory, 128-byte swizzle), B = the row's queries ``q_s`` (``[16, 512]``, stored once); each
-  warpgroup computes 8 of the heads.
+  memory, 128-byte swizzle), B = the row's queries ``q_s`` (``[16, 512]``, stored once); at 8
+  warps each warpgroup computes 8 of the heads.
 - ``acc^T [512, 16] += K^T P^T``: A = the same tile through a transposed descriptor (wgmma
-  reads 16-bit operands in either major order), B = ``P^T`` (``p_s``, bf16 ``[64, 16]``); each
-  warpgroup accumulates 256 of the dims.
+  reads 16-bit operands in either major order), B = ``P^T`` (``p_s``, bf16 ``[64, 16]``); at 8
+  warps each warpgroup accumulates 256 of the dims.
 
 So each key is dequantised once, into shared memory, and read by the tensor cores only: no
 ``ldmatrix`` round trips of the tile, no copy of q in every warp, and M = 64 keys instead of
@@ -27,12 +28,20 @@ into 256..511 (q stored in the same order, the partial rows put back in dim orde
 2^-8 (``_triton.FP4_TILE_SCALE``), folded back into the score scale and acc. Shared memory
 214 KB, 127 registers (ptxas, sm_90a).
 
+LEAN (``config.lean``, session 12): one key tile, one staging stage of NVFP4 records, the
+window records loaded straight into registers: 100 KB of shared memory, at most 128 registers
+at 8 warps (255 at 4), so two CTAs share a SM and each hides the other's chain. Its loops
+rebuild the tile's and q's views every step from ``_loop_zero`` (else all 64 wgmma descriptors
+are hoisted and spilled), load the step's validity in the scores' layout (no conversion
+barriers) and store the NVFP4 records as spans of 128 dims, even then odd
+(``_fp4_dequant_spans``: one store, so one hazard barrier, a chunk).
+
 Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), because
 Triton's own pass picks ``mma.sync`` or spills for these shapes (docs/kernels/sparse_attn.md,
 "Tried offline" and "Session 11"). Gluon has no interpreter, so the CPU suite only compiles
 this kernel for sm_90a (``tests/ops/test_sparse_attn.py``); the comparisons with the twin are
 GPU tests. Blackwell (sm_100) has no wgmma: there the Triton kernels run. ``PDL`` / ``WAIT``:
-the programmatic dependent launches of the Triton kernel (``config.pdl`` / ``pdl_entry``).
+the programmatic dependent launches, as the Triton kernel's (``config.pdl`` / ``pdl_entry``).
 """
 
 from __future__ import annotations
