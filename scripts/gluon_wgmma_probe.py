@@ -18,11 +18,12 @@ warps a SM, against the Triton step's 94 registers and about 10 warps a SM), no 
 loop is 245 instructions a warp a step, 980 warp instructions per 8,192 weights: the same as
 the Triton step's 988. So the decode plus the copies cost what the Triton step's decode plus
 ``ldmatrix`` / ``mma.sync`` cost; what could differ is latency hiding (twice the warps, no
-``ldmatrix`` round trip before each MMA). With a GPU (``--gpu``, not run yet: session 11 had no
-device time left) it checks the product against torch (which also checks that the int32 view
-of the bf16 NVMMA tile maps bytes as assumed) and times it beside the Triton step, alternated in
-one process, streaming ~141 MB of weights (48 experts of W1|W3 at TP = 4) at 16 token rows, as
-``gluon_fragment_probe.py``.
+``ldmatrix`` round trip before each MMA). With a GPU (``--gpu``) it checks the product against
+torch (which also checks that the int32 view of the bf16 NVMMA tile maps bytes as assumed) and
+times it beside the Triton step, alternated in one process, streaming ~141 MB of weights (48
+experts of W1|W3 at TP = 4) at 16 token rows, as ``gluon_fragment_probe.py``. Session 12, run
+1 (H200): exact against torch (max relative error 3.3e-6 in all three configs), 1.02 / 1.14 /
+0.96 TB/s at (128, 3) / (128, 4) / (256, 3) against the Triton step's 2.52.
 
     PYTHONPATH=. python3 scripts/gluon_wgmma_probe.py [--gpu]
 """
