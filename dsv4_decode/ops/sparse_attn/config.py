@@ -78,7 +78,8 @@ class SparseAttnConfig:
     def ctas_per_sm(self) -> int:
         """CTAs of this config one SM holds at once, from the register file (shared memory,
         <= 82 KB a CTA for every layout of ``LAYOUTS``, never binds first; the wgmma kernel's
-        214 KB allow one CTA, which is also what its 8 warps give here)."""
+        214 KB allow one CTA, which is also what its 8 warps give here). Lean: two (100 KB of
+        shared memory a CTA; registers capped at 128 at 8 warps, 255 at 4)."""
         if self.lean:
             return 2
         return max(REGISTERS // (32 * self.num_warps * (self.maxnreg or REGS_PER_THREAD)), 1)
