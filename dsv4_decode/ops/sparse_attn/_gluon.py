@@ -494,6 +494,27 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_
 
 
 @gluon.jit
+def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
+                    D: gl.constexpr, SPAN: gl.constexpr):
+    """A split's (m, l, acc^T) into workspace rows ``base .. base + 16`` (acc in dim order;
+    index-list splits' tiles were in ``_load_q``'s SPAN order and x 2^-8)."""
+    # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
+    # stores, a warp writing 512 contiguous bytes (the MMA layout scatters 4-byte stores)
+    st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
+    r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
+    d = gl.arange(0, D, layout=gl.SliceLayout(1, st_l))
+    offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(d, 1)
+    if is_win:
+        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
+    else:  # the tile's columns were even dims, then odd ones, by spans: interleave the rows
+        acc_d = _pairs_order(acc, D, SPAN)
+        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
+    rs = base + gl.arange(0, 16, layout=m_i.type.layout)
+    gl.store(ws_m_ptr + rs, m_i)
+    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
+
+
+@gluon.jit
 def _wgmma_attn_kernel(
     q_ptr, win_ptr, pos_ptr, slot_ptr, comp_ptr, bt_ptr, idx_ptr,
     ws_acc_ptr, ws_m_ptr, ws_l_ptr,
@@ -574,18 +595,5 @@ def _wgmma_attn_kernel(
                     acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages,
                     max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
     group = row * gl.num_programs(1) + pid_h
-    base = (group * N_SPLIT + pid_s) * 16
-    # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
-    # stores, a warp writing 512 contiguous bytes (the MMA layout scatters 4-byte stores)
-    st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
-    r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
-    d = gl.arange(0, D, layout=gl.SliceLayout(1, st_l))
-    offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(d, 1)
-    if is_win:
-        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
-    else:  # the tile's columns were even dims, then odd ones, by spans: interleave the rows
-        acc_d = _pairs_order(acc, D, 128 if LEAN else D)
-        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
-    rs = base + gl.arange(0, 16, layout=gl.SliceLayout(0, mma_s))
-    gl.store(ws_m_ptr + rs, m_i)
-    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
+    _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, (group * N_SPLIT + pid_s) * 16,
+                    is_win, D, 128 if LEAN else D)
