@@ -21,6 +21,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from dsv4_decode.utils.device import pdl_capable
 
 from ._gluon import _wgmma_attn_kernel
+from ._gluon_ws import MAXNREG as WS_MAXNREG
+from ._gluon_ws import _ws_attn_kernel
 
 LOG2E = 1.4426950408889634
 MERGE_VALUES = 8192  # partial values (splits x heads x dims) per merge CTA, see merge_dims
@@ -640,7 +642,17 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     # (``pdl_entry``)
     pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
     wait = cfg.pdl_entry and pdl_capable(q.device)
-    if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
+    if cfg.ws:  # Hopper, warp-specialized (prepared in session 12, not the default)
+        _ws_attn_kernel[grid](
+            q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
+            n_heads, window_cache.shape[0], window_cache.shape[1],
+            block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,
+            block_table.shape[1] if has_sel else 0, k_sel, softmax_scale * LOG2E,
+            WINDOW=window, D=d, PAGE=compressed.shape[1] if has_sel else 1,
+            W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
+            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, num_warps=4,
+            maxnreg=WS_MAXNREG, **({"launch_pdl": True} if wait else {}))
+    elif cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
         _wgmma_attn_kernel[grid](
             q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
             n_heads, window_cache.shape[0], window_cache.shape[1],
