@@ -365,19 +365,26 @@ _FP4_ASM = gl.constexpr(
 
 
 @gluon.jit
-def _fp4_dequant(k_s, packed_s, sc_s, D: gl.constexpr):
-    """One stage's records -> exact bf16 keys x 2^-8 (``_triton.FP4_TILE_SCALE``) of the even
-    dims (low nibbles, ``k_s`` columns 0 .. D/2) and the odd dims (high nibbles, columns
-    D/2 ..), 64 bytes (128 dims) at a time (``_FP4_ASM``)."""
+def _fp4_chunk(packed_s, sc_s, c: gl.constexpr):
+    """Chunk c (64 bytes, 128 dims) of one stage's records -> the exact bf16 keys x 2^-8
+    (``_triton.FP4_TILE_SCALE``) of its even dims (low nibbles) and its odd dims (high
+    nibbles), each ``[64, 8, 8]`` (``_FP4_ASM``)."""
     L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
     L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
+    packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
+    sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
+    scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
+    return gl.inline_asm_elementwise(
+        _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
+        dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+
+
+@gluon.jit
+def _fp4_dequant(k_s, packed_s, sc_s, D: gl.constexpr):
+    """One stage's records -> the even dims into ``k_s`` columns 0 .. D/2, the odd dims into
+    columns D/2 .., 128 dims at a time (``_fp4_chunk``)."""
     for c in gl.static_range(D // 128):
-        packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
-        sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
-        scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
-        k_e, k_o = gl.inline_asm_elementwise(
-            _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
-            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+        k_e, k_o = _fp4_chunk(packed_s, sc_s, c)
         k_s.slice(c * 64, 64, dim=1).store(k_e.reshape([64, 64]))
         k_s.slice(D // 2 + c * 64, 64, dim=1).store(k_o.reshape([64, 64]))
 
@@ -441,15 +448,8 @@ def _fp4_dequant_spans(k_s, packed_s, sc_s, D: gl.constexpr):
     """``_fp4_dequant`` in spans of 128 dims: each chunk's even dims then its odd dims, one
     store a chunk (each store to the tile after another costs a CTA barrier: Triton's
     shared-memory hazard pass sees one buffer, not the columns)."""
-    L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
-    L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
     for c in gl.static_range(D // 128):
-        packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
-        sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
-        scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
-        k_e, k_o = gl.inline_asm_elementwise(
-            _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
-            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+        k_e, k_o = _fp4_chunk(packed_s, sc_s, c)
         k = gl.join(k_e, k_o).permute(0, 3, 1, 2).reshape([64, 128])
         k_s.slice(c * 128, 128, dim=1).store(k)
 
@@ -491,6 +491,28 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_
         j1 = j2
     async_copy.wait_group(0)
     return m_i, l_i, acc
+
+
+@gluon.constexpr_function
+def _tile_layout():
+    """The key tile and q in shared memory: bf16, 128-byte swizzle (wgmma operands)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+
+
+@gluon.constexpr_function
+def _p_layout():
+    """P^T ``[64, 16]`` bf16 in shared memory (the PV wgmma's B)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2)
+
+
+@gluon.jit
+def _cta_row(pos_ptr, slot_ptr, n_slots, n_bt_slots):
+    """This CTA's split, head block and row, the row's position and slot, and whether the slot
+    has a window ring / a block-table row."""
+    row = gl.program_id(2)
+    slot = gl.load(slot_ptr + row)
+    return (gl.program_id(0), gl.program_id(1), row, gl.load(pos_ptr + row), slot,
+            (slot >= 0) & (slot < n_slots), (slot >= 0) & (slot < n_bt_slots))
 
 
 @gluon.jit
@@ -540,17 +562,10 @@ def _wgmma_attn_kernel(
     mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                     warps_per_cta=[gl.num_warps(), 1],
                                                     instr_shape=[16, 16, 16])
-    k_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                             rank=2)
-    p_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16,
-                                             rank=2)
-    pid_s = gl.program_id(0)
-    pid_h = gl.program_id(1)
-    row = gl.program_id(2)
-    pos = gl.load(pos_ptr + row)
-    slot = gl.load(slot_ptr + row)
-    win_ok = (slot >= 0) & (slot < n_slots)
-    sel_ok = (slot >= 0) & (slot < n_bt_slots)
+    k_l: gl.constexpr = _tile_layout()
+    p_l: gl.constexpr = _p_layout()
+    pid_s, pid_h, row, pos, slot, win_ok, sel_ok = _cta_row(pos_ptr, slot_ptr, n_slots,
+                                                            n_bt_slots)
     # two key tiles and two staging stages of raw records (window codes / NVFP4 packed bytes,
     # and their scales); LEAN (``config.lean``): one of each, NVFP4 only
     NT: gl.constexpr = 1 if LEAN else 2

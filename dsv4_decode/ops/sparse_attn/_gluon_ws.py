@@ -32,17 +32,20 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ._gluon import (
+    _cta_row,
     _fp4_copy,
     _fp4_dequant_spans,
     _index,
     _index_in,
     _load_q,
+    _p_layout,
     _page,
     _rec,
     _scores_async,
     _softmax_pv,
     _staging,
     _store_partials,
+    _tile_layout,
     _win_layout,
     _window_chunk_load,
     _window_chunk_store,
@@ -147,20 +150,11 @@ def _ws_attn_kernel(
         gdc_wait()
     if PDL or WAIT:
         gdc_launch_dependents()
-    k_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                             rank=2)
-    p_l: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16,
-                                             rank=2)
-    pid_s = gl.program_id(0)
-    pid_h = gl.program_id(1)
-    row = gl.program_id(2)
-    pos = gl.load(pos_ptr + row)
-    slot = gl.load(slot_ptr + row)
-    win_ok = (slot >= 0) & (slot < n_slots)
-    sel_ok = (slot >= 0) & (slot < n_bt_slots)
-    k_t = gl.allocate_shared_memory(gl.bfloat16, [2, 64, D], k_l)
-    q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], k_l)
-    p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
+    pid_s, pid_h, row, pos, slot, win_ok, sel_ok = _cta_row(pos_ptr, slot_ptr, n_slots,
+                                                            n_bt_slots)
+    k_t = gl.allocate_shared_memory(gl.bfloat16, [2, 64, D], _tile_layout())
+    q_s = gl.allocate_shared_memory(gl.bfloat16, [16, D], _tile_layout())
+    p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], _p_layout())
     raw_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D // 2], _staging())
     rsc_s = gl.allocate_shared_memory(gl.uint8, [2, 64, D // 16], _staging())
     ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())

@@ -642,28 +642,22 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     # (``pdl_entry``)
     pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
     wait = cfg.pdl_entry and pdl_capable(q.device)
-    if cfg.ws:  # Hopper, warp-specialized (prepared in session 12, not the default)
-        _ws_attn_kernel[grid](
+    if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
+        if cfg.ws:  # warp-specialized (prepared in session 12, not the default)
+            kernel, opts = _ws_attn_kernel, dict(num_warps=4, maxnreg=WS_MAXNREG)
+        else:  # lean: registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
+            kernel = _wgmma_attn_kernel
+            opts = dict(LEAN=cfg.lean, num_warps=cfg.num_warps,
+                        **({"maxnreg": 128} if cfg.lean and cfg.num_warps == 8 else {}))
+        kernel[grid](
             q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
             n_heads, window_cache.shape[0], window_cache.shape[1],
             block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,
             block_table.shape[1] if has_sel else 0, k_sel, softmax_scale * LOG2E,
             WINDOW=window, D=d, PAGE=compressed.shape[1] if has_sel else 1,
             W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
-            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, num_warps=4,
-            maxnreg=WS_MAXNREG, **({"launch_pdl": True} if wait else {}))
-    elif cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
-        _wgmma_attn_kernel[grid](
-            q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
-            n_heads, window_cache.shape[0], window_cache.shape[1],
-            block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,
-            block_table.shape[1] if has_sel else 0, k_sel, softmax_scale * LOG2E,
-            WINDOW=window, D=d, PAGE=compressed.shape[1] if has_sel else 1,
-            W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
-            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, LEAN=cfg.lean,
-            num_warps=cfg.num_warps, **({"launch_pdl": True} if wait else {}),
-            # lean: registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
-            **({"maxnreg": 128} if cfg.lean and cfg.num_warps == 8 else {}))
+            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait,
+            **opts, **({"launch_pdl": True} if wait else {}))
     else:
         _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt,
                              idx, out, ws_acc, ws_m, ws_l, cnt, has_sel, sinks is not None,
