@@ -367,6 +367,14 @@ def test_gpu_layouts(case, layout):
     check(inp, config=SparseAttnConfig.pick(t, h, 512, 128, case.n_sel, **LAYOUTS[layout]))
 
 
+def test_wgmma_config_variant_names():
+    """``wgmma_config``'s variants by name; an unknown name is refused, not taken for one."""
+    assert wgmma_config(48, 16, 128, 512, variant="lean").lean
+    assert not wgmma_config(48, 16, 128, 512, variant="tiles2").lean
+    with pytest.raises(ValueError, match="variant"):
+        wgmma_config(48, 16, 128, 512, variant="lean4")
+
+
 def test_wgmma_needs_hopper(device):
     """The wgmma config is refused, with a clear error, off a Hopper GPU (the CPU here)."""
     if device.type == "cuda":

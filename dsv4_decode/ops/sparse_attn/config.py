@@ -170,6 +170,8 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int =
     requests, -0.89 at 8 x 6 x 16, -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11 at 32 x 1
     x 16; outputs bitwise equal."""
     if variant is not None:
+        if variant not in ("tiles2", "lean"):
+            raise ValueError(f"variant: 'tiles2', 'lean' or None, got {variant!r}")
         return _wgmma_rule(rows, heads, window, n_sel, sm_count, variant == "lean")
     groups = rows * -(-heads // 16)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
