@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/ncu_probe.sh OUT — Nsight Compute reports of the kernels that bound the benchmarks
 # (scripts/ncu_cases.py runs each case): occupancy, issue, warp stall reasons and the SASS lines
-# that stall, as text in OUT. Clocks are left alone (--clock-control none, METHOD.md).
+# that stall, as text in OUT (scripts/ncu_stalls.py). Clocks are left alone (--clock-control
+# none, METHOD.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-results}"
@@ -17,6 +18,11 @@ probe() {  # name kernel-regex skip count case...
   ncu -i "$out/$name.ncu-rep" --page details > "$out/$name.details.txt" 2>&1
   ncu -i "$out/$name.ncu-rep" --page source --csv --print-source sass > "$out/$name.sass.csv" 2>&1
   rm -f "$out/$name.ncu-rep"
+  # the 1 MB source CSV as text (stall reasons, mix, hot lines); the CSV stays if that fails or
+  # with KEEP_CSV=1
+  if python3 scripts/ncu_stalls.py "$out/$name.sass.csv" && [ "${KEEP_CSV:-0}" != 1 ]; then
+    rm -f "$out/$name.sass.csv"
+  fi
   tail -3 "$out/$name.run.txt"
 }
 for c in ${PROBES:-sparse32x6 sparse1x6 moe48 moe6 moe1}; do
