@@ -7,9 +7,7 @@ alternated (CUDA graph of 20 calls, median of 20 replays, as the benchmark), and
 against the first (bitwise where the splits are the same, else the largest difference relative
 to the output's largest value). Variants (session 12): the wgmma kernel with two key tiles and
 lean, each by its own rule (``wgmma_config(..., variant=)``), lean at 4 warps (one warpgroup a
-CTA, 255 registers), the warp-specialized kernel (``config.ws``, split by the two-tile rule;
-prepared in session 12, not yet run) and the default (``wgmma_config``). Prints one line a
-cell. No CSV.
+CTA, 255 registers) and the default (``wgmma_config``). Prints one line a cell. No CSV.
 """
 
 import dataclasses
@@ -28,7 +26,6 @@ def variants(rows, heads):
     lean = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, variant="lean")
     tiles2 = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, variant="tiles2")
     return {"tiles2": tiles2, "lean": lean, "lean_w4": dataclasses.replace(lean, num_warps=4),
-            "ws": dataclasses.replace(tiles2, ws=True, num_warps=4),
             "default": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)}
 
 

@@ -161,7 +161,7 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     wgmma kernel, ``ours_triton`` (the Triton kernels' default), else ``wgmma`` (the wgmma
     kernel's config), and the wgmma kernel with half and twice the steps
     (``wgmma_steps<n>``) and its variants by their own rules (``wgmma_tiles2``: two key tiles,
-    ``wgmma_lean8``: lean at 8 warps; ``wgmma_ws``: warp-specialized, the two-tile splits).
+    ``wgmma_lean8``: lean at 8 warps).
     Variants of the Triton kernels' default: its merge as a programmatic dependent launch
     (``_pdl``) or by the last CTA (``_fused``), bf16 split partials (``_bf16``), other step
     counts (``_steps<n>``); where it is the one-step 64-key layout, one-step 32-key splits at
@@ -204,10 +204,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
                                             wgmma=True, lean=wg.lean, pdl=True, pdl_entry=True)
             if c.n_split > 1:
                 out[f"wgmma_steps{st}"] = c
-        tiles2 = out["wgmma_tiles2"] = wgmma_config(rows, heads, WINDOW, SELECTED,
-                                                    variant="tiles2")
+        out["wgmma_tiles2"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="tiles2")
         out["wgmma_lean8"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="lean")
-        out["wgmma_ws"] = dataclasses.replace(tiles2, ws=True, num_warps=4)
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     seen, unique = set(), {}

@@ -300,12 +300,9 @@ def _bad(inp, **over):
     ("wgmma head dim", lambda i: dict(config=dataclasses.replace(
         SparseAttnConfig.with_steps(16, 16, 1, 4, 4, num_warps=4), wgmma=True)),
      "config: wgmma: needs head dim 512"),
-    ("wgmma ws warps", lambda i: dict(config=dataclasses.replace(
-        SparseAttnConfig.with_steps(16, 64, 1, 4, 4, num_warps=8), wgmma=True, ws=True)),
-     "config: wgmma ws: 4 warps"),
-    ("ws alone", lambda i: dict(config=dataclasses.replace(
-        SparseAttnConfig.with_steps(16, 64, 1, 4, 4, num_warps=4), ws=True)),
-     "config: lean / ws: only with wgmma"),
+    ("lean alone", lambda i: dict(config=dataclasses.replace(
+        SparseAttnConfig.with_steps(16, 64, 1, 4, 4, num_warps=4), lean=True)),
+     "config: lean: only with wgmma"),
 ])
 def test_bad_arguments(name, make, match, device):
     inp = Inputs(Case(1, 1, 4, 4), device)
@@ -392,25 +389,24 @@ WGMMA_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["tiles2", "lean", "lean_w4", "ws"])
+@pytest.mark.parametrize("variant", ["tiles2", "lean", "lean_w4"])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=lambda c: c.id)
 def test_gpu_wgmma(case, variant):
     """The Hopper wgmma kernel (``config.wgmma``) against the twin: window and index-list
     splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads; with two key tiles,
-    lean (``config.lean``: one tile, one stage, two CTAs a SM) at 8 and 4 warps, and
-    warp-specialized (``config.ws``), also at three steps a split (the lean and ws loops'
-    carried index chains)."""
+    lean (``config.lean``: one tile, one stage, two CTAs a SM) at 8 and 4 warps, also at three
+    steps a split (the lean loops' carried index chains)."""
     if not is_hopper(torch.device("cuda")):
         pytest.skip("wgmma: Hopper only")
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    lean, ws = variant.startswith("lean"), variant == "ws"
-    warps = 4 if variant in ("lean_w4", "ws") else 8
+    lean = variant.startswith("lean")
+    warps = 4 if variant == "lean_w4" else 8
     cfg = wgmma_config(t, h, 128, case.n_sel, variant="lean" if lean else "tiles2")
-    check(inp, config=dataclasses.replace(cfg, num_warps=warps, ws=ws))
+    check(inp, config=dataclasses.replace(cfg, num_warps=warps))
     three = SparseAttnConfig.with_steps(16, 64, 3, 128, case.n_sel, num_warps=warps)
-    if (lean or ws) and three.n_split > 1:  # (the window alone is one split of two steps)
-        check(inp, config=dataclasses.replace(three, wgmma=True, lean=lean, ws=ws))
+    if lean and three.n_split > 1:  # (the window alone is one split of two steps)
+        check(inp, config=dataclasses.replace(three, wgmma=True, lean=True))
 
 
 @pytest.mark.gpu
@@ -462,13 +458,13 @@ def test_gpu_merge_repeatable(fused):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl", "one_step", "one_step_pdl",
-                                   "wgmma", "wgmma_lean", "wgmma_ws"])
+                                   "wgmma", "wgmma_lean", "wgmma_lean4"])
 def test_gpu_graph_replay_new_indices_and_positions(merge):
     """Replays of one captured call with new indices, positions and q (the merge kernel also
     as a programmatic dependent launch: a PDL edge inside the graph). ``one_step``: the
     default at 1 request (one-step 64-key splits without prefetch code, 10 partials merged),
-    ``wgmma`` / ``wgmma_lean`` / ``wgmma_ws``: the Hopper kernel's two-tile, lean and
-    warp-specialized variants at 16 requests (their multi-step copies and index chains),
+    ``wgmma`` / ``wgmma_lean`` / ``wgmma_lean4``: the Hopper kernel's two-tile variant and lean
+    at 8 and 4 warps at 16 requests (their multi-step copies and index chains),
     otherwise 4 requests split by the 8-warp rule (multi-step loops)."""
     dev = torch.device("cuda")
     if merge.startswith("wgmma") and not is_hopper(dev):
@@ -482,11 +478,11 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
     elif merge == "wgmma":
         cfg = wgmma_config(t, 16, 128, 512, variant="tiles2")
         assert cfg.c_steps > 2, cfg  # the copies and the index chain run ahead in a loop
-    elif merge in ("wgmma_lean", "wgmma_ws"):
-        ws = merge == "wgmma_ws"
+    elif merge in ("wgmma_lean", "wgmma_lean4"):
+        warps = 4 if merge == "wgmma_lean4" else 8
         cfg = dataclasses.replace(
-            SparseAttnConfig.with_steps(16, 64, 4, 128, 512, num_warps=4 if ws else 8),
-            wgmma=True, lean=not ws, ws=ws, pdl=True, pdl_entry=True)
+            SparseAttnConfig.with_steps(16, 64, 4, 128, 512, num_warps=warps),
+            wgmma=True, lean=True, pdl=True, pdl_entry=True)
     else:
         cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=merge == "fused")
     if not merge.startswith("wgmma"):  # the wgmma configs keep their dependent launches
@@ -556,13 +552,13 @@ def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["triton", "wgmma", "wgmma_tiles2", "wgmma_ws"])
+@pytest.mark.parametrize("kernel", ["triton", "wgmma", "wgmma_tiles2"])
 @pytest.mark.parametrize("magnitude", [3.0, 1e-3])
 def test_gpu_records_are_exact_bf16(kernel, magnitude):
     """The dequantised tiles are exact: with one key per row the output is that key (bf16).
     ``triton``: the Triton kernels' fp32 decode; ``wgmma``: the Hopper kernel's bf16x2 decode
-    (its default here is lean; ``wgmma_tiles2`` the two-tile variant, ``wgmma_ws`` the
-    warp-specialized one); ``1e-3``: e4m3 scales down to subnormal."""
+    (its default here is lean; ``wgmma_tiles2`` the two-tile variant); ``1e-3``: e4m3 scales
+    down to subnormal."""
     dev = torch.device("cuda")
     if kernel.startswith("wgmma") and not is_hopper(dev):
         pytest.skip("wgmma: Hopper only")
@@ -577,10 +573,7 @@ def test_gpu_records_are_exact_bf16(kernel, magnitude):
         latent = (torch.randn(1, 512, device=dev) * magnitude).to(torch.bfloat16)
         C.write_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry, latent)
     if kernel.startswith("wgmma"):
-        variant = "tiles2" if kernel in ("wgmma_tiles2", "wgmma_ws") else None
-        cfg = wgmma_config(2, 16, 128, 512, variant=variant)
-        if kernel == "wgmma_ws":
-            cfg = dataclasses.replace(cfg, ws=True, num_warps=4)
+        cfg = wgmma_config(2, 16, 128, 512, variant="tiles2" if kernel == "wgmma_tiles2" else None)
     else:
         cfg = pick_default(2, 16, 512, 128, 512)
     out = sparse_attn(*inp.args(), **inp.kwargs(), config=cfg)
@@ -661,16 +654,6 @@ for rows, n_sel, variant, dep in ((6, 512, None, True), (12, 512, None, True),
     out[name] = spill_stores(G._wgmma_attn_kernel, const, cfg.num_warps, PTR,
                              scalar_types={"qk_scale": "fp32"},
                              maxnreg=128 if cfg.lean and cfg.num_warps == 8 else 0)
-# the warp-specialized variant (prepared, session 12): its kernel takes no LEAN
-from dsv4_decode.ops.sparse_attn import _gluon_ws as GW
-for n_sel in (512, 0):
-    cfg = wgmma_config(48, 16, 128, n_sel, variant="tiles2")
-    const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
-                 C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, PDL=True,
-                 WAIT=True)
-    out[f"wgmma-ws-K{n_sel}"] = spill_stores(GW._ws_attn_kernel, const, 4, PTR,
-                                             scalar_types={"qk_scale": "fp32"},
-                                             maxnreg=GW.MAXNREG)
 print(json.dumps(out))
 '''
 

@@ -21,8 +21,6 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from dsv4_decode.utils.device import pdl_capable
 
 from ._gluon import _wgmma_attn_kernel
-from ._gluon_ws import MAXNREG as WS_MAXNREG
-from ._gluon_ws import _ws_attn_kernel
 
 LOG2E = 1.4426950408889634
 MERGE_VALUES = 8192  # partial values (splits x heads x dims) per merge CTA, see merge_dims
@@ -643,13 +641,10 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
     wait = cfg.pdl_entry and pdl_capable(q.device)
     if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
-        if cfg.ws:  # warp-specialized (prepared in session 12, not the default)
-            kernel, opts = _ws_attn_kernel, dict(num_warps=4, maxnreg=WS_MAXNREG)
-        else:  # lean: registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
-            kernel = _wgmma_attn_kernel
-            opts = dict(LEAN=cfg.lean, num_warps=cfg.num_warps,
-                        **({"maxnreg": 128} if cfg.lean and cfg.num_warps == 8 else {}))
-        kernel[grid](
+        # lean: registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
+        opts = dict(LEAN=cfg.lean, num_warps=cfg.num_warps,
+                    **({"maxnreg": 128} if cfg.lean and cfg.num_warps == 8 else {}))
+        _wgmma_attn_kernel[grid](
             q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
             n_heads, window_cache.shape[0], window_cache.shape[1],
             block_table.shape[0] if has_sel else 0, compressed.shape[0] if has_sel else 0,

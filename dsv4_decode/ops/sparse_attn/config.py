@@ -69,10 +69,6 @@ class SparseAttnConfig:
     # registers: ~100 KB of shared memory and <= 128 registers, so two CTAs share a SM (each
     # hides the other's chain instead of the second tile within one CTA)
     lean: bool = False
-    # wgmma only, 4 warps: ``_gluon_ws._ws_attn_kernel`` (decode warps feeding an MMA
-    # warpgroup through mbarriers, one CTA a SM; session 12: compiled, not yet run on a GPU,
-    # never the default)
-    ws: bool = False
 
     @property
     def n_split(self) -> int:
@@ -86,8 +82,6 @@ class SparseAttnConfig:
         shared memory a CTA; registers capped at 128 at 8 warps, 255 at 4)."""
         if self.lean:
             return 2
-        if self.ws:
-            return 1
         return max(REGISTERS // (32 * self.num_warps * (self.maxnreg or REGS_PER_THREAD)), 1)
 
     @staticmethod
@@ -131,9 +125,7 @@ class SparseAttnConfig:
     def wgmma_problem(self, head_dim: int) -> str | None:
         """Why this ``wgmma`` config cannot run at ``head_dim`` (None: it can, or not wgmma)."""
         if not self.wgmma:
-            return "lean / ws: only with wgmma" if self.lean or self.ws else None
-        if self.ws and (self.lean or self.num_warps != 4):
-            return "wgmma ws: 4 warps (its MMA warpgroup), not lean"
+            return "lean: only with wgmma" if self.lean else None
         if head_dim != 512:
             return f"wgmma: needs head dim 512, got {head_dim}"
         if (self.block_h, self.block_n, self.dim_split) != (16, 64, 1):
