@@ -1,6 +1,6 @@
 """Probe: two sparse_attn configs per cell, same inputs, one process (one Hopper GPU).
 
-    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...]
+    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--kernels OLD.py[,OTHER.py]]
 
 For each cell (default: the benchmark's 24) it times each config of ``variants``, twice,
 alternated (CUDA graph of 20 calls, median of 20 replays, as the benchmark), and checks each
@@ -8,15 +8,23 @@ against the first (bitwise where the splits are the same, else the largest diffe
 to the output's largest value). Variants (session 12): the wgmma kernel with two key tiles and
 lean, each by its own rule (``wgmma_config(..., variant=)``), lean at 4 warps (one warpgroup a
 CTA, 255 registers) and the default (``wgmma_config``). Prints one line a cell. No CSV.
+
+``--kernels``: instead, the default config run by this tree's wgmma kernel and by each given
+copy of ``_gluon.py`` (e.g. ``git show REV:dsv4_decode/ops/sparse_attn/_gluon.py > old.py``;
+a device copy of the tree has no git), its ``_wgmma_attn_kernel`` swapped into the launcher:
+a kernel change timed against its predecessor in one process.
 """
 
 import dataclasses
+import importlib.util
+import os
 import sys
 
 import torch
 
 from dsv4_decode.bench import sparse_attn as SB
 from dsv4_decode.bench.timing import graph_time_us
+from dsv4_decode.ops.sparse_attn import _triton as launcher
 from dsv4_decode.ops.sparse_attn import make_workspace, sparse_attn, wgmma_config
 
 CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
@@ -29,15 +37,33 @@ def variants(rows, heads):
             "default": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)}
 
 
+KERNELS = {}  # name -> the _wgmma_attn_kernel it runs (``--kernels``); empty: this tree's
+
+
+def load_kernel(path):
+    """``_wgmma_attn_kernel`` of a copy of ``_gluon.py`` at ``path``."""
+    name = "alt_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return name, mod._wgmma_attn_kernel
+
+
 def cell(requests, q_len, heads) -> None:
     inp = SB.Inputs(requests, q_len, heads, SB.SELECTED, SB.CALLS)
-    names, cfgs = zip(*variants(inp.rows, heads).items(), strict=True)
+    if KERNELS:
+        names = tuple(KERNELS)
+        cfgs = (wgmma_config(inp.rows, heads, SB.WINDOW, SB.SELECTED),) * len(names)
+    else:
+        names, cfgs = zip(*variants(inp.rows, heads).items(), strict=True)
+    kernels = [KERNELS.get(n, launcher._wgmma_attn_kernel) for n in names]
     wss = [make_workspace(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED, "cuda", c)
            for c in cfgs]
     outs = [[torch.empty_like(s["out"]) for s in inp.sets] for _ in cfgs]
 
     def call(v, s):
         a, kw = inp.call_args(s)
+        launcher._wgmma_attn_kernel = kernels[v]
         sparse_attn(*a, **kw, out=outs[v][s], workspace=wss[v], config=cfgs[v])
 
     def make_fn(v):
@@ -67,6 +93,11 @@ def cell(requests, q_len, heads) -> None:
 
 def main(argv) -> None:
     print(torch.cuda.get_device_name())
+    if "--kernels" in argv:
+        i = argv.index("--kernels")
+        KERNELS["tree"] = launcher._wgmma_attn_kernel
+        KERNELS.update(load_kernel(p) for p in argv[i + 1].split(","))
+        argv = argv[:i] + argv[i + 2:]
     cells = [tuple(int(x) for x in a.split("x")) for a in argv] or CELLS
     for c in cells:
         cell(*c)

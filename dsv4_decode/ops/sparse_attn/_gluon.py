@@ -60,22 +60,25 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 @gluon.jit
 def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, SPAN: gl.constexpr):
     """The row's 16 queries of this head block (0 past n_heads) into ``q_s``; SPAN > 0: in
-    the NVFP4 tile's order, each span of SPAN dims as its even dims, then its odd ones
-    (``_pairs_order``)."""
+    the NVFP4 tile's column order (``_FP4_ASM``): each span of SPAN dims as its even dims, then
+    its odd ones, and within a 16-dim scale group dim 16g + 8w + 4v + 2u + p (p: odd) at column
+    p * SPAN/2 + 8g + 4w + 2u + v (``_pairs_order`` inverts it)."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
     h = h0 + gl.arange(0, 16, layout=gl.SliceLayout(1, blk))
     d = gl.arange(0, D, layout=gl.SliceLayout(0, blk))
     offs = gl.expand_dims((row.to(gl.int64) * n_heads + h) * D, 1) + gl.expand_dims(d, 0)
     q = gl.load(q_ptr + offs, mask=gl.expand_dims(h < n_heads, 1), other=0.0)
     if SPAN:
-        q = q.reshape([16, D // SPAN, SPAN // 2, 2]).permute(0, 1, 3, 2).reshape([16, D])
+        q = q.reshape([16, D // SPAN, SPAN // 16, 2, 2, 2, 2]).permute(0, 1, 6, 2, 3, 5, 4)
+        q = q.reshape([16, D])
     q_s.store(q)
 
 
 @gluon.jit
 def _pairs_order(acc, D: gl.constexpr, SPAN: gl.constexpr):
     """acc^T rows in the NVFP4 tile's column order (``_load_q``'s SPAN) -> dim order."""
-    return acc.reshape([D // SPAN, 2, SPAN // 2, 16]).permute(0, 2, 1, 3).reshape([D, 16])
+    acc = acc.reshape([D // SPAN, 2, SPAN // 16, 2, 2, 2, 16]).permute(0, 2, 3, 5, 4, 1, 6)
+    return acc.reshape([D, 16])
 
 
 @gluon.jit
@@ -242,12 +245,36 @@ def _window_chunk_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr):
     return codes, sc
 
 
+# Four e4m3 codes -> two bf16 pairs (dim order), times the scale pairs: PRMT puts each code in
+# the low byte of its half and its sign, replicated, in the high byte; shifted left by 4 and
+# masked, the half is bit 15 = sign, bits 10..4 = the code's exponent and mantissa: the e4m3
+# value x 2^-120 (subnormals too); the bf16 multiply by 2^(ue8m0 - 15) gives the key x 2^-8,
+# exactly. 4 instructions a pair (6 by fp32: unpack, two converts, two multiplies, pack).
+# Differs from the fp32 decode only on e4m3 NaN codes (0x7F / 0xFF: finite here; never
+# written by the cache) and on ue8m0 > 142 (blocks above 448 x 2^15: inf, see
+# ``_window_scale``).
+_E4M3_ASM = gl.constexpr(
+    "{ .reg .b32 x; prmt.b32 x, $2, 0, 0x9180; shl.b32 x, x, 4; and.b32 x, x, 0x87F087F0; "
+    "mul.rn.bf16x2 $0, x, $3; prmt.b32 x, $2, 0, 0xB3A2; shl.b32 x, x, 4; "
+    "and.b32 x, x, 0x87F087F0; mul.rn.bf16x2 $1, x, $4; }")
+
+
+@gluon.jit
+def _window_scale(sc):
+    """ue8m0 exponents -> the bf16 factors 2^(ue8m0 - 15) of ``_E4M3_ASM`` (bf16 exponent
+    field ue8m0 + 112: normal for every ue8m0 <= 142, inf above)."""
+    return (gl.minimum(sc.to(gl.int32) + 112, 255) << 7).to(gl.int16).to(gl.bfloat16,
+                                                                         bitcast=True)
+
+
 @gluon.jit
 def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
-    """e4m3 codes x 2^(ue8m0 - 127) -> the exact bf16 keys of dims ``c*128 .. +128``."""
-    scale = (sc.to(gl.int32) << 23).to(gl.float32, bitcast=True)
-    k = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gl.expand_dims(scale, 2)
-    k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]).to(gl.bfloat16))
+    """e4m3 codes x 2^(ue8m0 - 127) x 2^-8 -> the exact bf16 keys x 2^-8 of dims
+    ``c*128 .. +128`` (``_E4M3_ASM``; the lean window splits scale scores and acc back)."""
+    k = gl.inline_asm_elementwise(
+        _E4M3_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(_window_scale(sc), 2)],
+        dtype=gl.bfloat16, is_pure=True, pack=4)
+    k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]))
 
 
 @gluon.jit
@@ -342,33 +369,35 @@ def _fp4_copy(comp_ptr, packed_s, sc_s, rec, valid, D: gl.constexpr):
     async_copy.commit_group()
 
 
-# Four packed bytes (8 e2m1 codes, low nibble = even dim) -> bf16 pairs, times the scale pair:
-# PRMT spreads bytes b, b+1 into the two 16-bit halves; nibble ``s e1 e0 m`` goes to bf16 bits
-# 15 and 8..6, which is the e2m1 value x 2^-126 (e = 0: the subnormal m x 2^-127); the bf16
-# multiply by scale x 2^118 (exact: at most 6 significant bits, >= 2^-18) gives value x scale
-# x 2^-8, as ``_triton._compressed_dequant_pairs`` (fp32 there): about 2.75 instructions a
-# value against 5.4.
-def _fp4_pair_ptx(dst: str, src: str, shift: int, scale: str) -> str:
-    """PTX for one bf16 pair: the nibbles at bits ``shift - 6 ..`` of both halves of ``src``
-    (sign 6 bits higher) -> bits 15, 8..6 of each half, times ``scale``."""
-    return (f"shl.b32 t, {src}, {shift}; and.b32 t, t, 0x01C001C0; "
-            f"shl.b32 u, {src}, {shift + 6}; and.b32 u, u, 0x80008000; or.b32 t, t, u; "
-            f"mul.rn.bf16x2 {dst}, t, {scale};")
+# Four packed bytes (8 e2m1 codes, nibble k = dim k of the word) -> four bf16 pairs, times the
+# scale: a pair is nibbles k and k + 4 (16 bits apart), masked, then one integer multiply puts
+# each nibble ``s e1 e0 m`` twice, at bits 9..6 and 15..12 of its half (no overlap, no carry);
+# the mask keeps bits 15 and 8..6: the e2m1 value x 2^-126 (e = 0: the subnormal m x 2^-127).
+# The bf16 multiply by scale x 2^118 (exact: at most 6 significant bits, >= 2^-18) gives value
+# x scale x 2^-8, as ``_triton._compressed_dequant_pairs`` (fp32 there). 17 instructions for 8
+# values (session 13; 22 with the PRMT spread before, 5.4 a value in fp32).
+def _fp4_pair_ptx(dst: str, src: str, mask: int, mul: int) -> str:
+    """PTX for one bf16 pair: the nibbles of ``src`` under ``mask`` (bits 3..0 / 7..4 of each
+    half) times ``mul`` (2^6 + 2^12 / 2^2 + 2^8), kept at bits 15 and 8..6, times the scale."""
+    return (f"and.b32 t, {src}, {mask:#010x}; mul.lo.u32 t, t, {mul}; "
+            f"and.b32 t, t, 0x81C081C0; mul.rn.bf16x2 {dst}, t, $5;")
 
 
-# $0, $1: the even dims of bytes 0-1 and 2-3 (low nibbles), $2, $3: the odd dims (high
-# nibbles); $4: the four packed bytes; $5, $6: the scale pairs
+# $0, $1: the even dims (0, 4 | 2, 6), $2, $3: the odd dims (1, 5 | 3, 7); $4: the four packed
+# bytes; $5, $6: the scale pairs (one scale group: the same value)
 _FP4_ASM = gl.constexpr(
-    "{ .reg .b32 x, y, t, u; prmt.b32 x, $4, 0, 0x4140; prmt.b32 y, $4, 0, 0x4342; "
-    + _fp4_pair_ptx("$0", "x", 6, "$5") + _fp4_pair_ptx("$1", "y", 6, "$6")
-    + _fp4_pair_ptx("$2", "x", 2, "$5") + _fp4_pair_ptx("$3", "y", 2, "$6") + " }")
+    "{ .reg .b32 w, t; shr.b32 w, $4, 8; "
+    + _fp4_pair_ptx("$0", "$4", 0x000F000F, 4160) + _fp4_pair_ptx("$1", "w", 0x000F000F, 4160)
+    + _fp4_pair_ptx("$2", "$4", 0x00F000F0, 260) + _fp4_pair_ptx("$3", "w", 0x00F000F0, 260)
+    + " }")
 
 
 @gluon.jit
 def _fp4_chunk(packed_s, sc_s, c: gl.constexpr):
     """Chunk c (64 bytes, 128 dims) of one stage's records -> the exact bf16 keys x 2^-8
     (``_triton.FP4_TILE_SCALE``) of its even dims (low nibbles) and its odd dims (high
-    nibbles), each ``[64, 8, 8]`` (``_FP4_ASM``)."""
+    nibbles), each ``[64, 8 groups, 8]``; element j = 4w + 2u + v of a group is dim
+    8w + 2(2v + u) (+ 1: odd) of it (``_FP4_ASM``)."""
     L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
     L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
     packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
@@ -517,9 +546,10 @@ def _cta_row(pos_ptr, slot_ptr, n_slots, n_bt_slots):
 
 @gluon.jit
 def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
-                    D: gl.constexpr, SPAN: gl.constexpr):
+                    D: gl.constexpr, SPAN: gl.constexpr, WIN_SCALED: gl.constexpr):
     """A split's (m, l, acc^T) into workspace rows ``base .. base + 16`` (acc in dim order;
-    index-list splits' tiles were in ``_load_q``'s SPAN order and x 2^-8)."""
+    index-list splits' tiles were in ``_load_q``'s SPAN order and x 2^-8, window splits' x 2^-8
+    where WIN_SCALED: the lean loop's ``_window_chunk_store``)."""
     # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
     # stores, a warp writing 512 contiguous bytes (the MMA layout scatters 4-byte stores)
     st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
@@ -527,7 +557,7 @@ def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
     d = gl.arange(0, D, layout=gl.SliceLayout(1, st_l))
     offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(d, 1)
     if is_win:
-        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
+        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc * 256.0 if WIN_SCALED else acc, st_l))
     else:  # the tile's columns were even dims, then odd ones, by spans: interleave the rows
         acc_d = _pairs_order(acc, D, SPAN)
         gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
@@ -587,8 +617,8 @@ def _wgmma_attn_kernel(
         if LEAN:
             m_i, l_i, acc = _window_split_lean(
                 q_ptr, win_ptr, k_s, q_1, p_s, m_i, l_i, acc, row, pid_h * 16,
-                n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
-                mma_s, mma_o)
+                n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale * 256.0, WINDOW, D,
+                W_STEPS, mma_s, mma_o)  # its tiles hold the keys x 2^-8
         else:
             m_i, l_i, acc = _window_split(
                 q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, pid_h * 16,
@@ -611,4 +641,4 @@ def _wgmma_attn_kernel(
                     max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
     group = row * gl.num_programs(1) + pid_h
     _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, (group * N_SPLIT + pid_s) * 16,
-                    is_win, D, 128 if LEAN else D)
+                    is_win, D, 128 if LEAN else D, LEAN)
