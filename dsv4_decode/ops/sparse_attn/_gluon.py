@@ -34,9 +34,7 @@ at 8 warps (255 at 4), so two CTAs share a SM and each hides the other's chain. 
 rebuild the tile's and q's views every step from ``_loop_zero`` (else all 64 wgmma descriptors
 are hoisted and spilled), load the step's validity in the scores' layout (no conversion
 barriers) and store the NVFP4 records as spans of 128 dims, even then odd
-(``_fp4_dequant_scores``: one store, so one hazard barrier, a chunk), each chunk's S^T wgmma
-issued asynchronously once it is stored (``_chunk_scores``), so S^T runs while the next chunks
-are decoded.
+(``_fp4_dequant_spans``: one store, so one hazard barrier, a chunk).
 
 Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), because
 Triton's own pass picks ``mma.sync`` or spills for these shapes (docs/kernels/sparse_attn.md,
@@ -118,17 +116,6 @@ def _scores_async(k_s, q_s, mma_s: gl.constexpr):
     """S^T = K Q^T issued as an asynchronous wgmma (``warpgroup_mma_wait`` collects it)."""
     return warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([64, 16], gl.float32, mma_s),
                          use_acc=False, is_async=True)
-
-
-@gluon.jit
-def _chunk_scores(k_s, q_s, s_acc, c: gl.constexpr):
-    """Add chunk c (dims ``c*128 .. +128``) of S^T = K Q^T to ``s_acc`` (zeros or the token of
-    the previous chunk's wgmma), issued asynchronously once the chunk is stored and fenced and
-    every warp has passed a barrier: the lean loops' S^T runs while the next chunks are
-    decoded (``warpgroup_mma_wait`` after the last)."""
-    return warpgroup_mma(k_s.slice(c * 128, 128, dim=1),
-                         q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s_acc, use_acc=c > 0,
-                         is_async=True)
 
 
 # ----------------------------------------------------------------------------- staging
@@ -291,14 +278,6 @@ def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
 
 
 @gluon.jit
-def _window_chunk_scores(k_s, q_s, s_acc, c: gl.constexpr):
-    """Chunk c's stores fenced and seen by every warp, then its S^T wgmma (``_chunk_scores``)."""
-    fence_async_shared()
-    gl.thread_barrier()
-    return _chunk_scores(k_s, q_s, s_acc, c)
-
-
-@gluon.jit
 def _window_split_lean(q_ptr, win_ptr, k_1, q_1, p_s, m_i, l_i, acc, row, h0, n_heads, slot,
                        pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
                        D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
@@ -319,15 +298,13 @@ def _window_split_lean(q_ptr, win_ptr, k_1, q_1, p_s, m_i, l_i, acc, row, h0, n_
         c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
         c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
         gl.thread_barrier()  # every warp's wgmmas of the previous step are done
-        s = gl.zeros([64, 16], gl.float32, mma_s)
         _window_chunk_store(k_s, c0, s0, 0)
-        s = _window_chunk_scores(k_s, q_s, s, 0)
         _window_chunk_store(k_s, c1, s1, 1)
-        s = _window_chunk_scores(k_s, q_s, s, 1)
         _window_chunk_store(k_s, c2, s2, 2)
-        s = _window_chunk_scores(k_s, q_s, s, 2)
         _window_chunk_store(k_s, c3, s3, 3)
-        s = warpgroup_mma_wait(0, deps=[_window_chunk_scores(k_s, q_s, s, 3)])
+        fence_async_shared()
+        gl.thread_barrier()
+        s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
         _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                 gl.SliceLayout(1, mma_s))
         m_i, l_i, acc = _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o)
@@ -496,20 +473,14 @@ def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rs
 
 
 @gluon.jit
-def _fp4_dequant_scores(k_s, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constexpr):
+def _fp4_dequant_spans(k_s, packed_s, sc_s, D: gl.constexpr):
     """``_fp4_dequant`` in spans of 128 dims: each chunk's even dims then its odd dims, one
     store a chunk (each store to the tile after another costs a CTA barrier: Triton's
-    shared-memory hazard pass sees one buffer, not the columns), each chunk's S^T wgmma
-    issued once it is stored (``_chunk_scores``) -> the token of the last."""
-    s = gl.zeros([64, 16], gl.float32, mma_s)
+    shared-memory hazard pass sees one buffer, not the columns)."""
     for c in gl.static_range(D // 128):
         k_e, k_o = _fp4_chunk(packed_s, sc_s, c)
         k = gl.join(k_e, k_o).permute(0, 3, 1, 2).reshape([64, 128])
         k_s.slice(c * 128, 128, dim=1).store(k)
-        fence_async_shared()
-        gl.thread_barrier()  # the chunk is written (the last: and the stage read)
-        s = _chunk_scores(k_s, q_s, s, c)
-    return s
 
 
 @gluon.jit
@@ -539,10 +510,12 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_
         _, vm = _rec(jm, _page(bt_ptr, jm, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
         async_copy.wait_group(0)  # this thread's copies of step it have landed
         gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
-        tok = _fp4_dequant_scores(k_s, raw_s, rsc_s, q_s, mma_s, D)
+        _fp4_dequant_spans(k_s, raw_s, rsc_s, D)
+        fence_async_shared()
+        gl.thread_barrier()  # the tile is written, the stage read
         rec, v1 = _rec(j1, page1, n_pages, D, PAGE)
-        _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)  # while the last chunk's wgmma runs
-        s = warpgroup_mma_wait(0, deps=[tok])
+        _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)
+        s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
         m_i, l_i, acc = _softmax_pv(s, k_s, p_s, vm, m_i, l_i, acc, qk_scale, mma_o)
         j1 = j2
     async_copy.wait_group(0)
