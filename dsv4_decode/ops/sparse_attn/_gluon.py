@@ -58,17 +58,22 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @gluon.jit
-def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, SPAN: gl.constexpr):
+def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, SPAN: gl.constexpr,
+            RS: gl.constexpr = False):
     """The row's 16 queries of this head block (0 past n_heads) into ``q_s``; SPAN > 0: in
     the NVFP4 tile's column order (``_FP4_ASM``): each span of SPAN dims as its even dims, then
     its odd ones, and within a 16-dim scale group dim 16g + 8w + 4v + 2u + p (p: odd) at column
-    p * SPAN/2 + 8g + 4w + 2u + v (``_pairs_order`` inverts it)."""
+    p * SPAN/2 + 8g + 4w + 2u + v (``_pairs_order`` inverts it); RS (SPAN 128): in the
+    register A operand's k order of ``_fp4_dequant_rs``."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
     h = h0 + gl.arange(0, 16, layout=gl.SliceLayout(1, blk))
     d = gl.arange(0, D, layout=gl.SliceLayout(0, blk))
     offs = gl.expand_dims((row.to(gl.int64) * n_heads + h) * D, 1) + gl.expand_dims(d, 0)
     q = gl.load(q_ptr + offs, mask=gl.expand_dims(h < n_heads, 1), other=0.0)
-    if SPAN:
+    if RS:  # chunk dim 32t + 8q + 4v + 2u + p -> k = 32q + 16p + 8u + 2t + v
+        q = q.reshape([16, D // 128, 4, 4, 2, 2, 2]).permute(0, 1, 3, 6, 5, 2, 4)
+        q = q.reshape([16, D])
+    elif SPAN:
         q = q.reshape([16, D // SPAN, SPAN // 16, 2, 2, 2, 2]).permute(0, 1, 6, 2, 3, 5, 4)
         q = q.reshape([16, D])
     q_s.store(q)
@@ -393,19 +398,59 @@ _FP4_ASM = gl.constexpr(
 
 
 @gluon.jit
-def _fp4_chunk(packed_s, sc_s, c: gl.constexpr):
+def _fp4_chunk(packed_s, sc_s, c: gl.constexpr, RS: gl.constexpr = False):
     """Chunk c (64 bytes, 128 dims) of one stage's records -> the exact bf16 keys x 2^-8
     (``_triton.FP4_TILE_SCALE``) of its even dims (low nibbles) and its odd dims (high
     nibbles), each ``[64, 8 groups, 8]``; element j = 4w + 2u + v of a group is dim
-    8w + 2(2v + u) (+ 1: odd) of it (``_FP4_ASM``)."""
-    L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
-    L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
-    packed = packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8])  # L3
+    8w + 2(2v + u) (+ 1: odd) of it (``_FP4_ASM``). RS: read in ``_rs_chunk_layouts``."""
+    if RS:
+        L2: gl.constexpr = _rs_chunk_layouts()[0]
+        L3: gl.constexpr = _rs_chunk_layouts()[1]
+    else:
+        L2: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+        L3: gl.constexpr = _fp4_layout(gl.num_warps())  # L2 reshaped to [64, 8, 8]
+    packed = gl.convert_layout(packed_s.slice(c * 64, 64, dim=1).load(L2).reshape([64, 8, 8]),
+                               L3, assert_trivial=True)
     sc = sc_s.slice(c * 8, 8, dim=1).load(gl.SliceLayout(2, L3))
     scale = (sc.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0 ** 118).to(gl.bfloat16)
     return gl.inline_asm_elementwise(
         _FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, gl.expand_dims(scale, 2)],
         dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+
+
+@gluon.constexpr_function
+def _rs_chunk_layouts():
+    """(bytes ``[64, 64]``, the same as ``[64, 8 groups, 8]``) of an NVFP4 chunk read as
+    wgmma's register A operand wants it (one warpgroup): warp w holds keys 16w .. 16w+15, lane
+    4g + t keys 16w + g and 16w + g + 8 (a register bit), and 16 contiguous bytes (scale
+    groups 2t, 2t + 1) of each."""
+    return (gl.DistributedLinearLayout(
+                reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [8, 0]],
+                lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+                warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 64]),
+            gl.DistributedLinearLayout(
+                reg_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 1, 0], [8, 0, 0]],
+                lane_bases=[[0, 2, 0], [0, 4, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+                warp_bases=[[16, 0, 0], [32, 0, 0]], block_bases=[], shape=[64, 8, 8]))
+
+
+@gluon.jit
+def _fp4_dequant_rs(k_s, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constexpr):
+    """The 4-warp lean step: each chunk decoded once into registers laid out as wgmma's A
+    operand (``_rs_chunk_layouts``), its S^T product issued from them (no read of the tile:
+    a quarter of a step's shared-memory traffic) and the chunk stored into the tile for the
+    PV product as ``_fp4_dequant_spans`` does. The product's k order is chunk dim
+    32t + 8q + 4v + 2u + p at k = 32q + 16p + 8u + 2t + v (``_load_q``'s RS order) -> S^T."""
+    dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_s, k_width=2)
+    s = gl.zeros([64, 16], gl.float32, mma_s)
+    for c in gl.static_range(D // 128):
+        k_e, k_o = _fp4_chunk(packed_s, sc_s, c, True)
+        kj = gl.join(k_e, k_o)  # [64, 8 groups (2t + q1), 8 (4q0 + 2u + v), 2 (p)]
+        k_s.slice(c * 128, 128, dim=1).store(kj.permute(0, 3, 1, 2).reshape([64, 128]))
+        a = kj.reshape([64, 4, 2, 2, 2, 2, 2]).permute(0, 2, 3, 6, 4, 1, 5).reshape([64, 128])
+        s = warpgroup_mma(gl.convert_layout(a, dot, assert_trivial=True),
+                          q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s, use_acc=c > 0)
+    return s
 
 
 @gluon.jit
@@ -495,7 +540,8 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_
     held across steps under the 128-register cap)."""
     j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
     j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
-    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 128)  # during the chain's round trips
+    RS: gl.constexpr = gl.num_warps() == 4  # S^T from registers (one warpgroup)
+    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 128, RS)  # during the chain's trips
     rec, v0 = _rec(j0, _page(bt_ptr, j0, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
     _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v0, D)
     for it in range(C_STEPS):
@@ -510,12 +556,16 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_
         _, vm = _rec(jm, _page(bt_ptr, jm, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
         async_copy.wait_group(0)  # this thread's copies of step it have landed
         gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
-        _fp4_dequant_spans(k_s, raw_s, rsc_s, D)
+        if RS:
+            s = _fp4_dequant_rs(k_s, raw_s, rsc_s, q_s, mma_s, D)
+        else:
+            _fp4_dequant_spans(k_s, raw_s, rsc_s, D)
         fence_async_shared()
         gl.thread_barrier()  # the tile is written, the stage read
         rec, v1 = _rec(j1, page1, n_pages, D, PAGE)
         _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)
-        s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
+        if not RS:
+            s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
         m_i, l_i, acc = _softmax_pv(s, k_s, p_s, vm, m_i, l_i, acc, qk_scale, mma_o)
         j1 = j2
     async_copy.wait_group(0)
