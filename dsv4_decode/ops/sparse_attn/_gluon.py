@@ -64,17 +64,15 @@ def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, SPAN: gl.constexpr,
     the NVFP4 tile's column order (``_FP4_ASM``): each span of SPAN dims as its even dims, then
     its odd ones, and within a 16-dim scale group dim 16g + 8w + 4v + 2u + p (p: odd) at column
     p * SPAN/2 + 8g + 4w + 2u + v (``_pairs_order`` inverts it); RS (SPAN 128): in the
-    register A operand's k order of ``_fp4_dequant_rs`` (SPAN 0: of ``_window_chunk_rs``)."""
+    register A operand's k order of ``_fp4_dequant_rs``."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
     h = h0 + gl.arange(0, 16, layout=gl.SliceLayout(1, blk))
     d = gl.arange(0, D, layout=gl.SliceLayout(0, blk))
     offs = gl.expand_dims((row.to(gl.int64) * n_heads + h) * D, 1) + gl.expand_dims(d, 0)
     q = gl.load(q_ptr + offs, mask=gl.expand_dims(h < n_heads, 1), other=0.0)
-    if RS and SPAN:  # chunk dim 32t + 8q + 4v + 2u + p -> k = 32q + 16p + 8u + 2t + v
+    if RS:  # chunk dim 32t + 8q + 4v + 2u + p -> k = 32q + 16p + 8u + 2t + v
         q = q.reshape([16, D // 128, 4, 4, 2, 2, 2]).permute(0, 1, 3, 6, 5, 2, 4)
         q = q.reshape([16, D])
-    elif RS:  # window: chunk dim 32t + 4kb + 2e + v -> k = 16kb + 8e + 2t + v
-        q = q.reshape([16, D // 128, 4, 8, 2, 2]).permute(0, 1, 3, 4, 2, 5).reshape([16, D])
     elif SPAN:
         q = q.reshape([16, D // SPAN, SPAN // 16, 2, 2, 2, 2]).permute(0, 1, 6, 2, 3, 5, 4)
         q = q.reshape([16, D])
@@ -238,11 +236,10 @@ def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, ro
 
 
 @gluon.jit
-def _window_chunk_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr,
-                       L3: gl.constexpr):
+def _window_chunk_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr):
     """Dims ``c*128 .. +128`` of 64 window records straight from global memory: codes
-    ``[64, 4, 32]`` in ``L3`` (``_win_layout``: 16 contiguous bytes a thread;
-    ``_win_rs_layout``) and their 4 scales (0 where masked)."""
+    ``[64, 4, 32]`` (16 contiguous bytes a thread) and their 4 scales (0 where masked)."""
+    L3: gl.constexpr = _win_layout(gl.num_warps())
     blk = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
     e = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
     offs = gl.expand_dims(gl.expand_dims(rec + c * 128, 1) + gl.expand_dims(blk * 32, 0), 2) \
@@ -275,29 +272,6 @@ def _window_scale(sc):
                                                                          bitcast=True)
 
 
-@gluon.constexpr_function
-def _win_rs_layout():
-    """A window chunk ``[64 keys, 4 scale blocks, 32 codes]`` as wgmma's register A operand
-    wants it (one warpgroup): warp w holds keys 16w .. 16w+15, lane 4g + t keys 16w + g and
-    16w + g + 8 (a register bit), and scale block t (32 contiguous codes) of each."""
-    return gl.DistributedLinearLayout(
-        reg_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 0, 8], [0, 0, 16], [8, 0, 0]],
-        lane_bases=[[0, 1, 0], [0, 2, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
-        warp_bases=[[16, 0, 0], [32, 0, 0]], block_bases=[], shape=[64, 4, 32])
-
-
-@gluon.jit
-def _window_chunk_rs(k_s, q_s, s, codes, sc, c: gl.constexpr, mma_s: gl.constexpr):
-    """``_window_chunk_store`` of a chunk in ``_win_rs_layout``, then its S^T product from the
-    same registers (k = 16kb + 8e + 2t + v for chunk dim 32t + 4kb + 2e + v, ``_load_q``'s
-    window RS order) added to ``s``."""
-    dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_s, k_width=2)
-    k = _window_chunk_store(k_s, codes, sc, c)
-    a = k.reshape([64, 4, 8, 2, 2]).permute(0, 2, 3, 1, 4).reshape([64, 128])
-    return warpgroup_mma(gl.convert_layout(a, dot, assert_trivial=True),
-                         q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s, use_acc=c > 0)
-
-
 @gluon.jit
 def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
     """e4m3 codes x 2^(ue8m0 - 127) x 2^-8 -> the exact bf16 keys x 2^-8 of dims
@@ -306,7 +280,6 @@ def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
         _E4M3_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(_window_scale(sc), 2)],
         dtype=gl.bfloat16, is_pure=True, pack=4)
     k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]))
-    return k
 
 
 @gluon.jit
@@ -317,40 +290,26 @@ def _window_split_lean(q_ptr, win_ptr, k_1, q_1, p_s, m_i, l_i, acc, row, h0, n_
     """``_window_split`` on one key tile (``k_1`` [1, 64, D], q in ``q_1`` [1, 16, D]), the
     records loaded into registers (all four chunks' loads issued before the barrier that
     frees the tile); D = 512."""
-    RS: gl.constexpr = gl.num_warps() == 4  # S^T from registers (one warpgroup)
-    if RS:
-        L3: gl.constexpr = _win_rs_layout()
-    else:
-        L3: gl.constexpr = _win_layout(gl.num_warps())
-    rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
-    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 0, RS)
+    rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
+    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 0)
     for it in range(W_STEPS):
         z = _loop_zero(it)
         k_s = k_1.index(z)
         q_s = q_1.index(z)
         rec, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                   rows_l)
-        c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D, L3)
-        c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D, L3)
-        c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D, L3)
-        c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D, L3)
+        c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D)
+        c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D)
+        c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
+        c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
         gl.thread_barrier()  # every warp's wgmmas of the previous step are done
-        if RS:
-            s = gl.zeros([64, 16], gl.float32, mma_s)
-            s = _window_chunk_rs(k_s, q_s, s, c0, s0, 0, mma_s)
-            s = _window_chunk_rs(k_s, q_s, s, c1, s1, 1, mma_s)
-            s = _window_chunk_rs(k_s, q_s, s, c2, s2, 2, mma_s)
-            s = _window_chunk_rs(k_s, q_s, s, c3, s3, 3, mma_s)
-            fence_async_shared()
-            gl.thread_barrier()
-        else:
-            _window_chunk_store(k_s, c0, s0, 0)
-            _window_chunk_store(k_s, c1, s1, 1)
-            _window_chunk_store(k_s, c2, s2, 2)
-            _window_chunk_store(k_s, c3, s3, 3)
-            fence_async_shared()
-            gl.thread_barrier()
-            s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
+        _window_chunk_store(k_s, c0, s0, 0)
+        _window_chunk_store(k_s, c1, s1, 1)
+        _window_chunk_store(k_s, c2, s2, 2)
+        _window_chunk_store(k_s, c3, s3, 3)
+        fence_async_shared()
+        gl.thread_barrier()
+        s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
         _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                 gl.SliceLayout(1, mma_s))
         m_i, l_i, acc = _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o)
