@@ -135,6 +135,14 @@ def _copy_layout(vec, rows_a_warp, warps):
 
 
 @gluon.constexpr_function
+def _staging_rows():
+    """The lean loops' NVFP4 staging: odd rows' 64-byte chunks swapped in pairs (chunk c at
+    c ^ 1), so that the register-A decode's 16-byte reads of two adjacent keys (one phase of a
+    warp's 128-bit load) fall on disjoint banks (the same banks, plain)."""
+    return gl.SwizzledSharedLayout(64, 1, 2, [1, 0])
+
+
+@gluon.constexpr_function
 def _staging():
     """Plain row-major shared memory (the stage index first)."""
     return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
@@ -653,7 +661,8 @@ def _wgmma_attn_kernel(
     q_1 = gl.allocate_shared_memory(gl.bfloat16, [1, 16, D], k_l)
     q_s = q_1.index(0)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
-    raw_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 2 if LEAN else D], _staging())
+    raw_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 2 if LEAN else D],
+                                      _staging_rows() if LEAN else _staging())
     rsc_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 16], _staging())
     m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma_s))
     l_i = gl.zeros([64, 16], gl.float32, mma_s)
