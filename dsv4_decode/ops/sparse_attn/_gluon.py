@@ -456,9 +456,11 @@ def _fp4_dequant_rs(k_s, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constex
         kj = gl.join(k_e, k_o)  # [64, 8 groups (2t + q1), 8 (4q0 + 2u + v), 2 (p)]
         k_s.slice(c * 128, 128, dim=1).store(kj.permute(0, 3, 1, 2).reshape([64, 128]))
         a = kj.reshape([64, 4, 2, 2, 2, 2, 2]).permute(0, 2, 3, 6, 4, 1, 5).reshape([64, 128])
-        s = warpgroup_mma(gl.convert_layout(a, dot, assert_trivial=True),
-                          q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s, use_acc=c > 0)
-    return s
+        a = gl.convert_layout(a, dot, assert_trivial=True)
+        s = warpgroup_mma(a, q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s, use_acc=c > 0,
+                          is_async=True)
+        s, a = warpgroup_mma_wait(1, deps=[s, a])  # the previous chunk's done: one in flight
+    return warpgroup_mma_wait(0, deps=[s])
 
 
 @gluon.jit
