@@ -89,33 +89,21 @@ def _pairs_order(acc, D: gl.constexpr, SPAN: gl.constexpr):
 @gluon.jit
 def _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o: gl.constexpr):
     """The online softmax of the step's scores ``s`` (S^T), then ``acc^T += K^T P^T``. Passes a
-    CTA barrier (after P's stores) before the second wgmma.
-
-    At 4 warps (one warpgroup: every warp holds all 16 heads' maxima, so the test below is
-    the same in every thread) the running max ``m`` moves only when some head's max grew by
-    more than 8 (log2 units): otherwise P is taken against the old m (values up to 2^8, exact
-    to bf16 as before) and the rescale of l and acc (80 multiplies a thread) is skipped. The
-    partials' m is then a reference point, not the maximum; the merge only needs that."""
+    CTA barrier (after P's stores) before the second wgmma."""
     mma_s: gl.constexpr = s.type.layout
     vm = gl.convert_layout(valid, gl.SliceLayout(1, mma_s))
     s = gl.where(gl.expand_dims(vm, 1), s * qk_scale, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 0))
-    if gl.num_warps() == 4:
-        grow = gl.max((m_new > m_i + 8.0).to(gl.int32), 0) > 0
-    else:
-        grow = True
-    if grow:  # rescale l and acc to the new max
-        alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
-        l_i = l_i * gl.expand_dims(alpha, 0)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, mma_o)), 0)
-        m_i = m_new
-    p = gl.exp2(s - gl.expand_dims(gl.where(m_i == float("-inf"), 0.0, m_i), 0))
-    l_i = l_i + p
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_use)
+    p = gl.exp2(s - gl.expand_dims(m_use, 0))
+    l_i = l_i * gl.expand_dims(alpha, 0) + p
     p_s.store(p.to(gl.bfloat16))
     fence_async_shared()
     gl.thread_barrier()
-    acc = warpgroup_mma(k_s.permute((1, 0)), p_s, acc)
-    return m_i, l_i, acc
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))
+    acc = warpgroup_mma(k_s.permute((1, 0)), p_s, acc * gl.expand_dims(alpha_o, 0))
+    return m_new, l_i, acc
 
 
 @gluon.jit
