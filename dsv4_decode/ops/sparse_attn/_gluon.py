@@ -26,7 +26,7 @@ the max) and the PV wgmma. The FP8 window records dequantise as in the Triton ke
 order); the NVFP4 records in PTX (``_FP4_ASM``), even dims into columns 0..255 and odd dims
 into 256..511 (q stored in the same order, the partial rows put back in dim order), as keys x
 2^-8 (``_triton.FP4_TILE_SCALE``), folded back into the score scale and acc. Shared memory
-214 KB, 127 registers (ptxas, sm_90a).
+214 KB (ptxas, sm_90a).
 
 LEAN (``config.lean``, session 12): one key tile, one staging stage of NVFP4 records, the
 window records loaded straight into registers: 100 KB of shared memory, at most 128 registers
@@ -34,7 +34,12 @@ at 8 warps (255 at 4), so two CTAs share a SM and each hides the other's chain. 
 rebuild the tile's and q's views every step from ``_loop_zero`` (else all 64 wgmma descriptors
 are hoisted and spilled), load the step's validity in the scores' layout (no conversion
 barriers) and store the NVFP4 records as spans of 128 dims, even then odd
-(``_fp4_dequant_spans``: one store, so one hazard barrier, a chunk).
+(``_fp4_dequant_spans``: one store, so one hazard barrier, a chunk). The window records decode
+in PTX too (``_E4M3_ASM``: keys x 2^-8, scaled back as the NVFP4 splits'). At 4 warps (one
+warpgroup, session 13) the NVFP4 chunks decode straight into wgmma's register A layout
+(``_fp4_dequant_rs``): S^T is issued from registers, chunk by chunk, and the tile is stored
+for the PV product only (no S^T read of it, a quarter of a step's shared-memory traffic); the
+NVFP4 staging is swizzled (``_staging_rows``) so those reads are conflict-free.
 
 Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), because
 Triton's own pass picks ``mma.sync`` or spills for these shapes (docs/kernels/sparse_attn.md,
