@@ -92,9 +92,10 @@ def _pairs_order(acc, D: gl.constexpr, SPAN: gl.constexpr):
 
 
 @gluon.jit
-def _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o: gl.constexpr):
-    """The online softmax of the step's scores ``s`` (S^T), then ``acc^T += K^T P^T``. Passes a
-    CTA barrier (after P's stores) before the second wgmma."""
+def _online_softmax(s, p_s, valid, m_i, l_i, qk_scale, mma_o: gl.constexpr):
+    """The online softmax of the step's scores ``s`` (S^T): P stored into ``p_s`` and a CTA
+    barrier passed (the PV wgmma may follow) -> (m, l, the acc rescale ``[1, 16]`` in
+    ``mma_o``)."""
     mma_s: gl.constexpr = s.type.layout
     vm = gl.convert_layout(valid, gl.SliceLayout(1, mma_s))
     s = gl.where(gl.expand_dims(vm, 1), s * qk_scale, float("-inf"))
@@ -106,9 +107,42 @@ def _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o: gl.constexpr
     p_s.store(p.to(gl.bfloat16))
     fence_async_shared()
     gl.thread_barrier()
-    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))
-    acc = warpgroup_mma(k_s.permute((1, 0)), p_s, acc * gl.expand_dims(alpha_o, 0))
-    return m_new, l_i, acc
+    return m_new, l_i, gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, mma_o)), 0)
+
+
+@gluon.jit
+def _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o: gl.constexpr):
+    """``_online_softmax``, then ``acc^T += K^T P^T`` (the key tile ``k_s`` [64, D])."""
+    m_i, l_i, alpha = _online_softmax(s, p_s, valid, m_i, l_i, qk_scale, mma_o)
+    return m_i, l_i, warpgroup_mma(k_s.permute((1, 0)), p_s, acc * alpha)
+
+
+@gluon.jit
+def _softmax_pv_chunks(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o: gl.constexpr):
+    """``_softmax_pv`` on the lean tile: four 128-dim chunk buffers ``ks`` and their four acc^T
+    parts ``accs`` ([128, 16] each), four wgmmas in flight at once."""
+    m_i, l_i, alpha = _online_softmax(s, p_s, valid, m_i, l_i, qk_scale, mma_o)
+    a0 = warpgroup_mma(ks[0].permute((1, 0)), p_s, accs[0] * alpha, is_async=True)
+    a1 = warpgroup_mma(ks[1].permute((1, 0)), p_s, accs[1] * alpha, is_async=True)
+    a2 = warpgroup_mma(ks[2].permute((1, 0)), p_s, accs[2] * alpha, is_async=True)
+    a3 = warpgroup_mma(ks[3].permute((1, 0)), p_s, accs[3] * alpha, is_async=True)
+    return m_i, l_i, warpgroup_mma_wait(0, deps=[a0, a1, a2, a3])
+
+
+@gluon.jit
+def _chunk_views(kb, z):
+    """This step's views of the lean tile's four chunk buffers (``_loop_zero`` index)."""
+    return (kb[0].index(z), kb[1].index(z), kb[2].index(z), kb[3].index(z))
+
+
+@gluon.jit
+def _scores_chunks(ks, q_s, mma_s: gl.constexpr):
+    """S^T = K Q^T over the lean tile's four chunk buffers (four chained wgmmas)."""
+    s = gl.zeros([64, 16], gl.float32, mma_s)
+    for c in gl.static_range(4):
+        s = warpgroup_mma(ks[c], q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s,
+                          use_acc=c > 0, is_async=True)
+    return warpgroup_mma_wait(0, deps=[s])
 
 
 @gluon.jit
@@ -286,28 +320,30 @@ def _window_scale(sc):
 
 
 @gluon.jit
-def _window_chunk_store(k_s, codes, sc, c: gl.constexpr):
-    """e4m3 codes x 2^(ue8m0 - 127) x 2^-8 -> the exact bf16 keys x 2^-8 of dims
-    ``c*128 .. +128`` (``_E4M3_ASM``; the lean window splits scale scores and acc back)."""
+def _window_chunk_store(k_c, codes, sc):
+    """e4m3 codes x 2^(ue8m0 - 127) x 2^-8 -> the exact bf16 keys x 2^-8 of one 128-dim chunk
+    into its buffer ``k_c`` (``_E4M3_ASM``; the lean window splits scale scores and acc
+    back)."""
     k = gl.inline_asm_elementwise(
         _E4M3_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(_window_scale(sc), 2)],
         dtype=gl.bfloat16, is_pure=True, pack=4)
-    k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]))
+    k_c.store(k.reshape([64, 128]))
 
 
 @gluon.jit
-def _window_split_lean(q_ptr, win_ptr, k_1, q_1, p_s, m_i, l_i, acc, row, h0, n_heads, slot,
+def _window_split_lean(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_heads, slot,
                        pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
                        D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
                        mma_o: gl.constexpr):
-    """``_window_split`` on one key tile (``k_1`` [1, 64, D], q in ``q_1`` [1, 16, D]), the
+    """``_window_split`` on one key tile (four chunk buffers ``kb``, each [1, 64, 128]; q in
+    ``q_1`` [1, 16, D]; acc^T in four parts ``accs``), the
     records loaded into registers (all four chunks' loads issued before the barrier that
     frees the tile); D = 512."""
     rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
     _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 0)
     for it in range(W_STEPS):
         z = _loop_zero(it)
-        k_s = k_1.index(z)
+        ks = _chunk_views(kb, z)
         q_s = q_1.index(z)
         rec, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                   rows_l)
@@ -316,17 +352,17 @@ def _window_split_lean(q_ptr, win_ptr, k_1, q_1, p_s, m_i, l_i, acc, row, h0, n_
         c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
         c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
         gl.thread_barrier()  # every warp's wgmmas of the previous step are done
-        _window_chunk_store(k_s, c0, s0, 0)
-        _window_chunk_store(k_s, c1, s1, 1)
-        _window_chunk_store(k_s, c2, s2, 2)
-        _window_chunk_store(k_s, c3, s3, 3)
+        _window_chunk_store(ks[0], c0, s0)
+        _window_chunk_store(ks[1], c1, s1)
+        _window_chunk_store(ks[2], c2, s2)
+        _window_chunk_store(ks[3], c3, s3)
         fence_async_shared()
         gl.thread_barrier()
-        s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
+        s = _scores_chunks(ks, q_s, mma_s)
         _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                 gl.SliceLayout(1, mma_s))
-        m_i, l_i, acc = _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o)
-    return m_i, l_i, acc
+        m_i, l_i, accs = _softmax_pv_chunks(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o)
+    return m_i, l_i, accs
 
 
 # ----------------------------------------------------------------------------- index list (NVFP4)
@@ -448,7 +484,7 @@ def _rs_chunk_layouts():
 
 
 @gluon.jit
-def _fp4_dequant_rs(k_s, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constexpr):
+def _fp4_dequant_rs(ks, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constexpr):
     """The 4-warp lean step: each chunk decoded once into registers laid out as wgmma's A
     operand (``_rs_chunk_layouts``), its S^T product issued from them (no read of the tile:
     a quarter of a step's shared-memory traffic) and the chunk stored into the tile for the
@@ -459,7 +495,7 @@ def _fp4_dequant_rs(k_s, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constex
     for c in gl.static_range(D // 128):
         k_e, k_o = _fp4_chunk(packed_s, sc_s, c, True)
         kj = gl.join(k_e, k_o)  # [64, 8 groups (2t + q1), 8 (4q0 + 2u + v), 2 (p)]
-        k_s.slice(c * 128, 128, dim=1).store(kj.permute(0, 3, 1, 2).reshape([64, 128]))
+        ks[c].store(kj.permute(0, 3, 1, 2).reshape([64, 128]))
         a = kj.reshape([64, 4, 2, 2, 2, 2, 2]).permute(0, 2, 3, 6, 4, 1, 5).reshape([64, 128])
         a = gl.convert_layout(a, dot, assert_trivial=True)
         s = warpgroup_mma(a, q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s, use_acc=c > 0,
@@ -533,26 +569,25 @@ def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rs
 
 
 @gluon.jit
-def _fp4_dequant_spans(k_s, packed_s, sc_s, D: gl.constexpr):
+def _fp4_dequant_spans(ks, packed_s, sc_s, D: gl.constexpr):
     """``_fp4_dequant`` in spans of 128 dims: each chunk's even dims then its odd dims, one
     store a chunk (each store to the tile after another costs a CTA barrier: Triton's
     shared-memory hazard pass sees one buffer, not the columns)."""
     for c in gl.static_range(D // 128):
         k_e, k_o = _fp4_chunk(packed_s, sc_s, c)
-        k = gl.join(k_e, k_o).permute(0, 3, 1, 2).reshape([64, 128])
-        k_s.slice(c * 128, 128, dim=1).store(k)
+        ks[c].store(gl.join(k_e, k_o).permute(0, 3, 1, 2).reshape([64, 128]))
 
 
 @gluon.jit
-def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_s, rsc_s, m_i,
-                           l_i, acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
+def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, kb, q_1, p_s, raw_s, rsc_s, m_i,
+                           l_i, accs, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
                            max_pages, qk_scale, D: gl.constexpr, PAGE: gl.constexpr,
                            C_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
-    """``_compressed_split`` on one key tile (``k_1`` [1, 64, D], q in ``q_1`` [1, 16, D]) and
-    one staging stage: step i + 1's copies are
-    issued once step i is dequantised, and fly during its products; its index is loaded two
-    steps ahead, its block-table entry at the top of step i (a short chain: fewer registers
-    held across steps under the 128-register cap)."""
+    """``_compressed_split`` on one key tile (``_window_split_lean``'s ``kb``, ``q_1``,
+    ``accs``) and one staging stage: step i + 1's copies are issued once step i is
+    dequantised, and fly during its products; its index is loaded two steps ahead, its
+    block-table entry at the top of step i (a short chain: fewer registers held across steps
+    under the 128-register cap)."""
     j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
     j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
     RS: gl.constexpr = gl.num_warps() == 4  # S^T from registers (one warpgroup)
@@ -561,7 +596,7 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_
     _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v0, D)
     for it in range(C_STEPS):
         z = _loop_zero(it)
-        k_s = k_1.index(z)
+        ks = _chunk_views(kb, z)
         q_s = q_1.index(z)
         j2 = _index(idx_ptr, row, c_0 + (it + 2) * 64, c_hi, k_sel)
         page1 = _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE)
@@ -572,19 +607,19 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_1, q_1, p_s, raw_
         async_copy.wait_group(0)  # this thread's copies of step it have landed
         gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
         if RS:
-            s = _fp4_dequant_rs(k_s, raw_s, rsc_s, q_s, mma_s, D)
+            s = _fp4_dequant_rs(ks, raw_s, rsc_s, q_s, mma_s, D)
         else:
-            _fp4_dequant_spans(k_s, raw_s, rsc_s, D)
+            _fp4_dequant_spans(ks, raw_s, rsc_s, D)
         fence_async_shared()
         gl.thread_barrier()  # the tile is written, the stage read
         rec, v1 = _rec(j1, page1, n_pages, D, PAGE)
         _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)
         if not RS:
-            s = warpgroup_mma_wait(0, deps=[_scores_async(k_s, q_s, mma_s)])
-        m_i, l_i, acc = _softmax_pv(s, k_s, p_s, vm, m_i, l_i, acc, qk_scale, mma_o)
+            s = _scores_chunks(ks, q_s, mma_s)
+        m_i, l_i, accs = _softmax_pv_chunks(s, ks, p_s, vm, m_i, l_i, accs, qk_scale, mma_o)
         j1 = j2
     async_copy.wait_group(0)
-    return m_i, l_i, acc
+    return m_i, l_i, accs
 
 
 @gluon.constexpr_function
@@ -611,10 +646,9 @@ def _cta_row(pos_ptr, slot_ptr, n_slots, n_bt_slots):
 
 @gluon.jit
 def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
-                    D: gl.constexpr, SPAN: gl.constexpr, WIN_SCALED: gl.constexpr):
+                    D: gl.constexpr, SPAN: gl.constexpr):
     """A split's (m, l, acc^T) into workspace rows ``base .. base + 16`` (acc in dim order;
-    index-list splits' tiles were in ``_load_q``'s SPAN order and x 2^-8, window splits' x 2^-8
-    where WIN_SCALED: the lean loop's ``_window_chunk_store``)."""
+    index-list splits' tiles were in ``_load_q``'s SPAN order and x 2^-8)."""
     # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
     # stores, a warp writing 512 contiguous bytes (the MMA layout scatters 4-byte stores)
     st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
@@ -622,10 +656,30 @@ def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
     d = gl.arange(0, D, layout=gl.SliceLayout(1, st_l))
     offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(d, 1)
     if is_win:
-        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc * 256.0 if WIN_SCALED else acc, st_l))
+        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
     else:  # the tile's columns were even dims, then odd ones, by spans: interleave the rows
         acc_d = _pairs_order(acc, D, SPAN)
         gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
+    rs = base + gl.arange(0, 16, layout=m_i.type.layout)
+    gl.store(ws_m_ptr + rs, m_i)
+    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
+
+
+@gluon.jit
+def _store_partials_chunks(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win,
+                           D: gl.constexpr):
+    """``_store_partials`` of a lean split: acc^T in four 128-dim parts, both kinds' tiles x
+    2^-8, the index-list ones in ``_load_q``'s SPAN 128 order."""
+    st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
+    r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(1, st_l))
+    for c in gl.static_range(D // 128):
+        offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(c * 128 + d, 1)
+        if is_win:
+            gl.store(ws_acc_ptr + offs, gl.convert_layout(accs[c] * 256.0, st_l))
+        else:
+            gl.store(ws_acc_ptr + offs,
+                     gl.convert_layout(_pairs_order(accs[c], 128, 128) * 256.0, st_l))
     rs = base + gl.arange(0, 16, layout=m_i.type.layout)
     gl.store(ws_m_ptr + rs, m_i)
     gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
@@ -662,9 +716,10 @@ def _wgmma_attn_kernel(
     pid_s, pid_h, row, pos, slot, win_ok, sel_ok = _cta_row(pos_ptr, slot_ptr, n_slots,
                                                             n_bt_slots)
     # two key tiles and two staging stages of raw records (window codes / NVFP4 packed bytes,
-    # and their scales); LEAN (``config.lean``): one of each, NVFP4 only
+    # and their scales); LEAN (``config.lean``): one of each, NVFP4 only, the tile as four
+    # 128-dim chunk buffers (separate allocations: Triton's hazard pass puts a CTA barrier
+    # between two stores to one allocation, not to two) and acc^T in four parts
     NT: gl.constexpr = 1 if LEAN else 2
-    k_s = gl.allocate_shared_memory(gl.bfloat16, [NT, 64, D], k_l)
     q_1 = gl.allocate_shared_memory(gl.bfloat16, [1, 16, D], k_l)
     q_s = q_1.index(0)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
@@ -673,38 +728,51 @@ def _wgmma_attn_kernel(
     rsc_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 16], _staging())
     m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma_s))
     l_i = gl.zeros([64, 16], gl.float32, mma_s)
-    acc = gl.zeros([D, 16], gl.float32, mma_o)
     is_win = pid_s < N_WSPLIT
     slot_w = gl.where(win_ok, slot, 0)
     slot_c = gl.where(sel_ok, slot, 0)
-    if is_win:
-        w_i0 = pid_s * (W_STEPS * 64)
-        w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
-        if LEAN:
-            m_i, l_i, acc = _window_split_lean(
-                q_ptr, win_ptr, k_s, q_1, p_s, m_i, l_i, acc, row, pid_h * 16,
+    group = row * gl.num_programs(1) + pid_h
+    base = (group * N_SPLIT + pid_s) * 16
+    if LEAN:
+        kb = (gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
+              gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
+              gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
+              gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l))
+        z = gl.zeros([128, 16], gl.float32, mma_o)
+        accs = (z, z, z, z)
+        if is_win:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
+            w_i0 = pid_s * (W_STEPS * 64)
+            w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
+            m_i, l_i, accs = _window_split_lean(
+                q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, pid_h * 16,
                 n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale * 256.0, WINDOW, D,
-                W_STEPS, mma_s, mma_o)  # its tiles hold the keys x 2^-8
+                W_STEPS, mma_s, mma_o)
         else:
+            if HAS_SEL:
+                c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
+                c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
+                m_i, l_i, accs = _compressed_split_lean(
+                    q_ptr, comp_ptr, bt_ptr, idx_ptr, kb, q_1, p_s, raw_s.index(0),
+                    rsc_s.index(0), m_i, l_i, accs, row, pid_h * 16, n_heads, slot_c, sel_ok,
+                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS,
+                    mma_s, mma_o)
+        _store_partials_chunks(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win, D)
+    else:
+        k_s = gl.allocate_shared_memory(gl.bfloat16, [NT, 64, D], k_l)
+        acc = gl.zeros([D, 16], gl.float32, mma_o)
+        if is_win:
+            w_i0 = pid_s * (W_STEPS * 64)
+            w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
             m_i, l_i, acc = _window_split(
                 q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, pid_h * 16,
                 n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
                 mma_s, mma_o)
-    else:
-        if HAS_SEL:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
-            c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
-            c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
-            if LEAN:
-                m_i, l_i, acc = _compressed_split_lean(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_1, p_s, raw_s.index(0),
-                    rsc_s.index(0), m_i, l_i, acc, row, pid_h * 16, n_heads, slot_c, sel_ok,
-                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS,
-                    mma_s, mma_o)
-            else:
+        else:
+            if HAS_SEL:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
+                c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
+                c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
                 m_i, l_i, acc = _compressed_split(
                     q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
                     acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages,
                     max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
-    group = row * gl.num_programs(1) + pid_h
-    _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, (group * N_SPLIT + pid_s) * 16,
-                    is_win, D, 128 if LEAN else D, LEAN)
+        _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win, D, D)
