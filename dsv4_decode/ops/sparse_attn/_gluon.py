@@ -28,8 +28,10 @@ into 256..511 (q stored in the same order, the partial rows put back in dim orde
 2^-8 (``_triton.FP4_TILE_SCALE``), folded back into the score scale and acc. Shared memory
 214 KB (ptxas, sm_90a).
 
-LEAN (``config.lean``, session 12): one key tile, one staging stage of NVFP4 records, the
-window records loaded straight into registers: 100 KB of shared memory, at most 128 registers
+LEAN (``config.lean``, session 12): one key tile (session 13: as four 128-dim chunk buffers,
+separate allocations, so that Triton's hazard pass puts no CTA barrier between their stores;
+acc^T in four parts), one staging stage of NVFP4 records, the window records loaded straight
+into registers: 100 KB of shared memory, at most 128 registers
 at 8 warps (255 at 4), so two CTAs share a SM and each hides the other's chain. Its loops
 rebuild the tile's and q's views every step from ``_loop_zero`` (else all 64 wgmma descriptors
 are hoisted and spilled), load the step's validity in the scores' layout (no conversion
