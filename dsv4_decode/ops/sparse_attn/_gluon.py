@@ -647,10 +647,18 @@ def _cta_row(pos_ptr, slot_ptr, n_slots, n_bt_slots):
 
 
 @gluon.jit
+def _store_ml(ws_m_ptr, ws_l_ptr, m_i, l_i, base):
+    """A split's m and l (summed over the step's keys) into workspace rows ``base .. +16``."""
+    rs = base + gl.arange(0, 16, layout=m_i.type.layout)
+    gl.store(ws_m_ptr + rs, m_i)
+    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
+
+
+@gluon.jit
 def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
-                    D: gl.constexpr, SPAN: gl.constexpr):
-    """A split's (m, l, acc^T) into workspace rows ``base .. base + 16`` (acc in dim order;
-    index-list splits' tiles were in ``_load_q``'s SPAN order and x 2^-8)."""
+                    D: gl.constexpr):
+    """A two-tile split's (m, l, acc^T) into workspace rows ``base .. base + 16`` (acc in dim
+    order; index-list splits' tiles were in ``_load_q``'s SPAN D order and x 2^-8)."""
     # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
     # stores, a warp writing 512 contiguous bytes (the MMA layout scatters 4-byte stores)
     st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
@@ -660,11 +668,9 @@ def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
     if is_win:
         gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
     else:  # the tile's columns were even dims, then odd ones, by spans: interleave the rows
-        acc_d = _pairs_order(acc, D, SPAN)
+        acc_d = _pairs_order(acc, D, D)
         gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
-    rs = base + gl.arange(0, 16, layout=m_i.type.layout)
-    gl.store(ws_m_ptr + rs, m_i)
-    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
+    _store_ml(ws_m_ptr, ws_l_ptr, m_i, l_i, base)
 
 
 @gluon.jit
@@ -682,9 +688,7 @@ def _store_partials_chunks(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base,
         else:
             gl.store(ws_acc_ptr + offs,
                      gl.convert_layout(_pairs_order(accs[c], 128, 128) * 256.0, st_l))
-    rs = base + gl.arange(0, 16, layout=m_i.type.layout)
-    gl.store(ws_m_ptr + rs, m_i)
-    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
+    _store_ml(ws_m_ptr, ws_l_ptr, m_i, l_i, base)
 
 
 @gluon.jit
@@ -777,4 +781,4 @@ def _wgmma_attn_kernel(
                     q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
                     acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages,
                     max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
-        _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win, D, D)
+        _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win, D)
