@@ -552,13 +552,14 @@ def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["triton", "wgmma", "wgmma_tiles2"])
+@pytest.mark.parametrize("kernel", ["triton", "wgmma", "wgmma_w4", "wgmma_tiles2"])
 @pytest.mark.parametrize("magnitude", [3.0, 1e-3])
 def test_gpu_records_are_exact_bf16(kernel, magnitude):
     """The dequantised tiles are exact: with one key per row the output is that key (bf16).
     ``triton``: the Triton kernels' fp32 decode; ``wgmma``: the Hopper kernel's bf16x2 decode
-    (its default here is lean; ``wgmma_tiles2`` the two-tile variant); ``1e-3``: e4m3 scales
-    down to subnormal."""
+    (its default here is lean at 8 warps; ``wgmma_w4`` lean at 4 warps, whose NVFP4 chunks
+    are read in wgmma's register A layout; ``wgmma_tiles2`` the two-tile variant); ``1e-3``:
+    e4m3 scales down to subnormal."""
     dev = torch.device("cuda")
     if kernel.startswith("wgmma") and not is_hopper(dev):
         pytest.skip("wgmma: Hopper only")
@@ -574,6 +575,8 @@ def test_gpu_records_are_exact_bf16(kernel, magnitude):
         C.write_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry, latent)
     if kernel.startswith("wgmma"):
         cfg = wgmma_config(2, 16, 128, 512, variant="tiles2" if kernel == "wgmma_tiles2" else None)
+        if kernel == "wgmma_w4":
+            cfg = dataclasses.replace(cfg, num_warps=4)
     else:
         cfg = pick_default(2, 16, 512, 128, 512)
     out = sparse_attn(*inp.args(), **inp.kwargs(), config=cfg)
