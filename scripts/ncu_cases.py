@@ -3,9 +3,9 @@
     ncu --clock-control none -k regex:_moe_up --launch-skip 4 --launch-count 1 \
         --section WarpStateStats ... python3 scripts/ncu_cases.py moe 48
 
-Cases: ``sparse_attn REQUESTSxQ_LENxHEADS[:wgmma|:tiles2|:lean]`` (512 selected + full
-window, as the benchmark; ``:wgmma`` the Hopper wgmma kernel's default config, ``:tiles2`` /
-``:lean`` that variant by its own rule) and
+Cases: ``sparse_attn REQUESTSxQ_LENxHEADS[:wgmma|:w8|:w4]`` (512 selected + full window, as
+the benchmark; ``:wgmma`` the Hopper wgmma kernel's default config, ``:w8`` / ``:w4`` its
+split rule at 8 / 4 warps throughout) and
 ``moe ROWS`` (TP=4 rank shapes, 384 experts, top-6, the benchmark's layer). The inputs are the
 benchmarks' own (``bench.sparse_attn.Inputs``, ``bench.moe.Layer``); each call uses the next
 input set, so a profiled launch sees the same data a graph replay would. Pick the launch with
@@ -26,11 +26,11 @@ def sparse_attn_case(spec: str, calls: int) -> None:
     requests, q_len, heads = (int(v) for v in spec.split("x"))
     inp = B.Inputs(requests, q_len, heads, B.SELECTED, 4)
     cfg = pick_config(inp.rows, heads, B.D, B.WINDOW, B.SELECTED)
-    if variant:  # the Hopper wgmma kernel's config: "wgmma" its default, else that variant
+    if variant:  # the Hopper wgmma kernel's config: "wgmma" its default, "w8" / "w4" warps
         from dsv4_decode.ops.sparse_attn import wgmma_config
 
         cfg = wgmma_config(inp.rows, heads, B.WINDOW, B.SELECTED,
-                           variant=None if variant == "wgmma" else variant)
+                           num_warps=None if variant == "wgmma" else int(variant[1:]))
     print(cfg, flush=True)
     ws = make_workspace(inp.rows, heads, B.D, B.WINDOW, B.SELECTED, "cuda", cfg)
     for i in range(calls):

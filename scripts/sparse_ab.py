@@ -1,13 +1,13 @@
-"""Probe: two sparse_attn configs per cell, same inputs, one process (one Hopper GPU).
+"""Probe: sparse_attn configs or kernels per cell, same inputs, one process (one Hopper GPU).
 
     PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--kernels OLD.py[,OTHER.py]]
 
 For each cell (default: the benchmark's 24) it times each config of ``variants``, twice,
 alternated (CUDA graph of 20 calls, median of 20 replays, as the benchmark), and checks each
 against the first (bitwise where the splits are the same, else the largest difference relative
-to the output's largest value). Variants (session 12): the wgmma kernel with two key tiles and
-lean, each by its own rule (``wgmma_config(..., variant=)``), lean at 4 warps (one warpgroup a
-CTA, 255 registers) and the default (``wgmma_config``). Prints one line a cell. No CSV.
+to the output's largest value). Variants: the wgmma kernel's split rule at 8 and at 4 warps
+throughout (``wgmma_config(..., num_warps=)``) and the default (``wgmma_config``). Prints one
+line a cell. No CSV.
 
 ``--kernels``: instead, the default config run by this tree's wgmma kernel and by each given
 copy of ``_gluon.py`` (e.g. ``git show REV:dsv4_decode/ops/sparse_attn/_gluon.py > old.py``;
@@ -15,7 +15,6 @@ a device copy of the tree has no git), its ``_wgmma_attn_kernel`` swapped into t
 a kernel change timed against its predecessor in one process.
 """
 
-import dataclasses
 import importlib.util
 import os
 import sys
@@ -31,9 +30,8 @@ CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16,
 
 
 def variants(rows, heads):
-    lean = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, variant="lean")
-    tiles2 = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, variant="tiles2")
-    return {"tiles2": tiles2, "lean": lean, "lean_w4": dataclasses.replace(lean, num_warps=4),
+    return {"w8": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, num_warps=8),
+            "w4": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, num_warps=4),
             "default": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)}
 
 

@@ -160,8 +160,8 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
     """Named configs for one shape: ``ours`` (the default); on Hopper, where that is the
     wgmma kernel, ``ours_triton`` (the Triton kernels' default), else ``wgmma`` (the wgmma
     kernel's config), and the wgmma kernel with half and twice the steps
-    (``wgmma_steps<n>``) and its variants by their own rules (``wgmma_tiles2``: two key tiles,
-    ``wgmma_lean8``: lean at 8 warps).
+    (``wgmma_steps<n>``) and its split rule at 8 and at 4 warps throughout (``wgmma_w8`` /
+    ``wgmma_w4``).
     Variants of the Triton kernels' default: its merge as a programmatic dependent launch
     (``_pdl``) or by the last CTA (``_fused``), bf16 split partials (``_bf16``), other step
     counts (``_steps<n>``); where it is the one-step 64-key layout, one-step 32-key splits at
@@ -196,16 +196,16 @@ def sweep_variants(rows: int, heads: int) -> dict[str, SparseAttnConfig]:
         wg = out["ours"]
         if not wg.wgmma:  # the one-step layout's cells: the wgmma kernel beside it
             wg = out["wgmma"] = wgmma_config(rows, heads, WINDOW, SELECTED)
-        # its steps halved and doubled (its own lean flag and warps), and the variants by
-        # their own rules (session 12): two tiles, lean at 8 warps
+        # its steps halved and doubled (its own warps), and the rule at 8 and 4 warps
+        # throughout
         for st in sorted({max(wg.w_steps, wg.c_steps) * 2, max(wg.w_steps, wg.c_steps) // 2}
                          - {0}):
             c = SparseAttnConfig.with_steps(16, 64, st, WINDOW, SELECTED, num_warps=wg.num_warps,
-                                            wgmma=True, lean=wg.lean, pdl=True, pdl_entry=True)
+                                            wgmma=True, pdl=True, pdl_entry=True)
             if c.n_split > 1:
                 out[f"wgmma_steps{st}"] = c
-        out["wgmma_tiles2"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="tiles2")
-        out["wgmma_lean8"] = wgmma_config(rows, heads, WINDOW, SELECTED, variant="lean")
+        for warps in (8, 4):
+            out[f"wgmma_w{warps}"] = wgmma_config(rows, heads, WINDOW, SELECTED, num_warps=warps)
     if heads >= 32:
         out["block_h32"] = SparseAttnConfig.pick(rows, heads, D, WINDOW, SELECTED, block_h=32)
     seen, unique = set(), {}

@@ -300,9 +300,9 @@ def _bad(inp, **over):
     ("wgmma head dim", lambda i: dict(config=dataclasses.replace(
         SparseAttnConfig.with_steps(16, 16, 1, 4, 4, num_warps=4), wgmma=True)),
      "config: wgmma: needs head dim 512"),
-    ("lean alone", lambda i: dict(config=dataclasses.replace(
-        SparseAttnConfig.with_steps(16, 64, 1, 4, 4, num_warps=4), lean=True)),
-     "config: lean: only with wgmma"),
+    ("wgmma warps", lambda i: dict(config=dataclasses.replace(
+        SparseAttnConfig.with_steps(16, 64, 1, 4, 4, num_warps=2), wgmma=True)),
+     "config: wgmma: needs 4 or 8 warps"),
 ])
 def test_bad_arguments(name, make, match, device):
     inp = Inputs(Case(1, 1, 4, 4), device)
@@ -364,12 +364,14 @@ def test_gpu_layouts(case, layout):
     check(inp, config=SparseAttnConfig.pick(t, h, 512, 128, case.n_sel, **LAYOUTS[layout]))
 
 
-def test_wgmma_config_variant_names():
-    """``wgmma_config``'s variants by name; an unknown name is refused, not taken for one."""
-    assert wgmma_config(48, 16, 128, 512, variant="lean").lean
-    assert not wgmma_config(48, 16, 128, 512, variant="tiles2").lean
-    with pytest.raises(ValueError, match="variant"):
-        wgmma_config(48, 16, 128, 512, variant="lean4")
+def test_wgmma_config_warps():
+    """``wgmma_config``'s warps: the default (8 warps for one-step splits that fill at most 3/4
+    of the SMs, else 4), 8 or 4 throughout by request; other counts refused."""
+    assert wgmma_config(6, 16, 128, 512).num_warps == 8
+    assert wgmma_config(192, 16, 128, 512).num_warps == 4
+    assert wgmma_config(192, 16, 128, 512, num_warps=8).num_warps == 8
+    with pytest.raises(ValueError, match="num_warps"):
+        wgmma_config(48, 16, 128, 512, num_warps=2)
 
 
 def test_wgmma_needs_hopper(device):
@@ -389,24 +391,20 @@ WGMMA_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["tiles2", "lean", "lean_w4"])
+@pytest.mark.parametrize("warps", [8, 4])
 @pytest.mark.parametrize("case", WGMMA_CASES, ids=lambda c: c.id)
-def test_gpu_wgmma(case, variant):
+def test_gpu_wgmma(case, warps):
     """The Hopper wgmma kernel (``config.wgmma``) against the twin: window and index-list
-    splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads; with two key tiles,
-    lean (``config.lean``: one tile, one stage, two CTAs a SM) at 8 and 4 warps, also at three
-    steps a split (the lean loops' carried index chains)."""
+    splits, partial lists, ratio-0 (window only), 8 / 16 / 32 / 64 heads; at 8 and 4 warps
+    (4: S^T from registers), also at three steps a split (the loops' carried index chains)."""
     if not is_hopper(torch.device("cuda")):
         pytest.skip("wgmma: Hopper only")
     inp = Inputs(case, torch.device("cuda"))
     t, h, _ = inp.q.shape
-    lean = variant.startswith("lean")
-    warps = 4 if variant == "lean_w4" else 8
-    cfg = wgmma_config(t, h, 128, case.n_sel, variant="lean" if lean else "tiles2")
-    check(inp, config=dataclasses.replace(cfg, num_warps=warps))
+    check(inp, config=wgmma_config(t, h, 128, case.n_sel, num_warps=warps))
     three = SparseAttnConfig.with_steps(16, 64, 3, 128, case.n_sel, num_warps=warps)
-    if lean and three.n_split > 1:  # (the window alone is one split of two steps)
-        check(inp, config=dataclasses.replace(three, wgmma=True, lean=True))
+    if three.n_split > 1:  # (the window alone is one split of two steps)
+        check(inp, config=dataclasses.replace(three, wgmma=True))
 
 
 @pytest.mark.gpu
@@ -458,13 +456,13 @@ def test_gpu_merge_repeatable(fused):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("merge", ["fused", "kernel", "kernel_pdl", "one_step", "one_step_pdl",
-                                   "wgmma", "wgmma_lean", "wgmma_lean4"])
+                                   "wgmma", "wgmma_w8", "wgmma_w4"])
 def test_gpu_graph_replay_new_indices_and_positions(merge):
     """Replays of one captured call with new indices, positions and q (the merge kernel also
     as a programmatic dependent launch: a PDL edge inside the graph). ``one_step``: the
     default at 1 request (one-step 64-key splits without prefetch code, 10 partials merged),
-    ``wgmma`` / ``wgmma_lean`` / ``wgmma_lean4``: the Hopper kernel's two-tile variant and lean
-    at 8 and 4 warps at 16 requests (their multi-step copies and index chains),
+    ``wgmma``: the Hopper kernel's default at 16 requests, ``wgmma_w8`` / ``wgmma_w4``: it at
+    8 and 4 warps, four steps a split (their multi-step copies and index chains),
     otherwise 4 requests split by the 8-warp rule (multi-step loops)."""
     dev = torch.device("cuda")
     if merge.startswith("wgmma") and not is_hopper(dev):
@@ -476,13 +474,12 @@ def test_gpu_graph_replay_new_indices_and_positions(merge):
         cfg = pick_default(t, 16, 512, 128, 512)
         assert cfg.c_steps == cfg.w_steps == 1 and cfg.n_split > 1, cfg
     elif merge == "wgmma":
-        cfg = wgmma_config(t, 16, 128, 512, variant="tiles2")
-        assert cfg.c_steps > 2, cfg  # the copies and the index chain run ahead in a loop
-    elif merge in ("wgmma_lean", "wgmma_lean4"):
-        warps = 4 if merge == "wgmma_lean4" else 8
+        cfg = wgmma_config(t, 16, 128, 512)
+        assert cfg.c_steps > 1, cfg  # the copies and the index chain run ahead in a loop
+    elif merge in ("wgmma_w8", "wgmma_w4"):
         cfg = dataclasses.replace(
-            SparseAttnConfig.with_steps(16, 64, 4, 128, 512, num_warps=warps),
-            wgmma=True, lean=True, pdl=True, pdl_entry=True)
+            SparseAttnConfig.with_steps(16, 64, 4, 128, 512, num_warps=int(merge[-1])),
+            wgmma=True, pdl=True, pdl_entry=True)
     else:
         cfg = SparseAttnConfig.pick(t, 16, 512, 128, 512, fused_merge=merge == "fused")
     if not merge.startswith("wgmma"):  # the wgmma configs keep their dependent launches
@@ -552,14 +549,13 @@ def test_gpu_pdl_inputs_written_in_graph(requests, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["triton", "wgmma", "wgmma_w4", "wgmma_tiles2"])
+@pytest.mark.parametrize("kernel", ["triton", "wgmma", "wgmma_w4"])
 @pytest.mark.parametrize("magnitude", [3.0, 1e-3])
 def test_gpu_records_are_exact_bf16(kernel, magnitude):
     """The dequantised tiles are exact: with one key per row the output is that key (bf16).
     ``triton``: the Triton kernels' fp32 decode; ``wgmma``: the Hopper kernel's bf16x2 decode
-    (its default here is lean at 8 warps; ``wgmma_w4`` lean at 4 warps, whose NVFP4 chunks
-    are read in wgmma's register A layout; ``wgmma_tiles2`` the two-tile variant); ``1e-3``:
-    e4m3 scales down to subnormal."""
+    (its default here is at 8 warps; ``wgmma_w4`` at 4 warps, whose NVFP4 chunks are read in
+    wgmma's register A layout); ``1e-3``: e4m3 scales down to subnormal."""
     dev = torch.device("cuda")
     if kernel.startswith("wgmma") and not is_hopper(dev):
         pytest.skip("wgmma: Hopper only")
@@ -574,9 +570,7 @@ def test_gpu_records_are_exact_bf16(kernel, magnitude):
         latent = (torch.randn(1, 512, device=dev) * magnitude).to(torch.bfloat16)
         C.write_compressed(inp.compressed, inp.block_table, inp.row_slots[t:t + 1], entry, latent)
     if kernel.startswith("wgmma"):
-        cfg = wgmma_config(2, 16, 128, 512, variant="tiles2" if kernel == "wgmma_tiles2" else None)
-        if kernel == "wgmma_w4":
-            cfg = dataclasses.replace(cfg, num_warps=4)
+        cfg = wgmma_config(2, 16, 128, 512, num_warps=4 if kernel == "wgmma_w4" else None)
     else:
         cfg = pick_default(2, 16, 512, 128, 512)
     out = sparse_attn(*inp.args(), **inp.kwargs(), config=cfg)
@@ -640,23 +634,22 @@ for n_split, block_h, pdl, acc in ((10, 16, False, "*fp32"), (5, 16, False, "*fp
                  N_SPLIT=n_split, NS=triton.next_power_of_2(n_split), HAS_SINK=True, PDL=pdl)
     out[f"merge-{n_split}-h{block_h}-pdl{pdl}-{acc[1:]}"] = build(K._merge_kernel, const, 4,
                                                                   ws_acc_ptr=acc)
-# the Hopper wgmma kernel (Gluon) at its default configs (lean: one-step at 8 warps at 6
-# rows, at 4 warps at 12 and 24; the lean rule at 4 warps from 32), window only, lean at 8
-# warps with several steps, two tiles, and plain launches
+# the Hopper wgmma kernel (Gluon) at its default configs (one-step at 8 warps at 6 rows, at
+# 4 warps at 12 and 24; the rule at 4 warps from 32), window only, 8 warps with several
+# steps, and plain launches
 from dsv4_decode.ops.sparse_attn import _gluon as G, wgmma_config
-for rows, n_sel, variant, dep in ((6, 512, None, True), (12, 512, None, True),
-                                  (24, 512, None, True), (32, 512, None, True),
-                                  (48, 512, None, True), (192, 512, None, True),
-                                  (48, 0, None, True), (192, 512, "lean", True),
-                                  (192, 512, "tiles2", True), (48, 512, "tiles2", False)):
-    cfg = wgmma_config(rows, 16, 128, n_sel, variant=variant)
+for rows, n_sel, warps, dep in ((6, 512, None, True), (12, 512, None, True),
+                                (24, 512, None, True), (32, 512, None, True),
+                                (48, 512, None, True), (192, 512, None, True),
+                                (48, 0, None, True), (192, 512, 8, True), (48, 512, 4, False)):
+    cfg = wgmma_config(rows, 16, 128, n_sel, num_warps=warps)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
                  C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0,
-                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep, LEAN=cfg.lean)
-    name = f"wgmma-{rows}-K{n_sel}-{variant or 'default'}{'' if dep else '-plain'}"
+                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep)
+    name = f"wgmma-{rows}-K{n_sel}-w{cfg.num_warps}{'' if dep else '-plain'}"
     out[name] = spill_stores(G._wgmma_attn_kernel, const, cfg.num_warps, PTR,
                              scalar_types={"qk_scale": "fp32"},
-                             maxnreg=128 if cfg.lean and cfg.num_warps == 8 else 0)
+                             maxnreg=128 if cfg.num_warps == 8 else 0)
 print(json.dumps(out))
 '''
 

@@ -3,45 +3,39 @@
 ``_wgmma_attn_kernel`` computes the same split partials as ``_triton._sparse_attn_kernel``
 (grid ``(n_split, head blocks, rows)``, 16 heads a CTA, partials ``(m, l, acc)`` in the
 workspace, merged by ``_triton._merge_kernel``), with both products on warpgroup MMAs and the
-keys in the MMA's M, 64 keys a step, in two variants (``LEAN``, below): two key tiles at 8
-warps, one CTA a SM; or lean, one tile at 8 or 4 warps, two CTAs a SM (the default):
+keys in the MMA's M, 64 keys a step, at 8 warps (one-step splits) or 4 (one warpgroup), two
+CTAs a SM (about 100 KB of shared memory; at most 128 registers at 8 warps):
 
-- ``S^T [64 keys, 16 heads] = K Q^T``: A = the step's key tile (bf16 ``[64, 512]`` in shared
-  memory, 128-byte swizzle), B = the row's queries ``q_s`` (``[16, 512]``, stored once); at 8
-  warps each warpgroup computes 8 of the heads.
-- ``acc^T [512, 16] += K^T P^T``: A = the same tile through a transposed descriptor (wgmma
-  reads 16-bit operands in either major order), B = ``P^T`` (``p_s``, bf16 ``[64, 16]``); at 8
+- ``S^T [64 keys, 16 heads] = K Q^T``: B = the row's queries ``q_s`` (``[16, 512]``, stored
+  once); A = the step's key tile in shared memory (bf16, 128-byte swizzle), or at 4 warps
+  the NVFP4 keys straight from registers (below); at 8 warps each warpgroup computes 8 of
+  the heads.
+- ``acc^T [512, 16] += K^T P^T``: A = the tile through a transposed descriptor (wgmma reads
+  16-bit operands in either major order), B = ``P^T`` (``p_s``, bf16 ``[64, 16]``); at 8
   warps each warpgroup accumulates 256 of the dims.
 
-So each key is dequantised once, into shared memory, and read by the tensor cores only: no
-``ldmatrix`` round trips of the tile, no copy of q in every warp, and M = 64 keys instead of
-16 heads (wgmma's M is 64 a warpgroup; with heads in M, 16 of 64 rows would be real).
+So each key is dequantised once and read by the tensor cores only, with M = 64 keys instead
+of 16 heads (wgmma's M is 64 a warpgroup; with heads in M, 16 of 64 rows would be real).
 
-Pipeline: the raw records of step i + 3 are copied by ``cp.async`` into one of two staging
-stages (zero-filled where masked) while step i computes; the index -> block table chain runs
-ahead of the copies. Two key tiles: step i's S^T wgmma is issued asynchronously and the warps
-dequantise step i + 1 into the other tile meanwhile; then the online softmax (log2 domain;
-``l`` kept per key and summed after the last step, so the only cross-warp reduction a step is
-the max) and the PV wgmma. The FP8 window records dequantise as in the Triton kernel (dim
-order); the NVFP4 records in PTX (``_FP4_ASM``), even dims into columns 0..255 and odd dims
-into 256..511 (q stored in the same order, the partial rows put back in dim order), as keys x
-2^-8 (``_triton.FP4_TILE_SCALE``), folded back into the score scale and acc. Shared memory
-214 KB (ptxas, sm_90a).
+The tile is four 128-dim chunk buffers (separate allocations: Triton's shared-memory hazard
+pass puts a CTA barrier between any two stores to one allocation) and acc^T four parts of
+``[128, 16]``. A step: the records land (window: loaded straight into registers; index list:
+copied by ``cp.async`` into one staging stage during the previous step, the index -> block
+table chain running ahead), each chunk is decoded into its buffer, S^T, the online softmax
+(log2 domain; ``l`` kept per key and summed after the last step, so the only cross-warp
+reduction a step is the max), then PV. The loops rebuild the buffers' and q's views every
+step from ``_loop_zero`` (else all the wgmma descriptors are hoisted and spilled) and load
+the step's validity in the scores' layout (no conversion barriers).
 
-LEAN (``config.lean``, session 12): one key tile (session 13: as four 128-dim chunk buffers,
-separate allocations, so that Triton's hazard pass puts no CTA barrier between their stores;
-acc^T in four parts), one staging stage of NVFP4 records, the window records loaded straight
-into registers: 100 KB of shared memory, at most 128 registers
-at 8 warps (255 at 4), so two CTAs share a SM and each hides the other's chain. Its loops
-rebuild the tile's and q's views every step from ``_loop_zero`` (else all 64 wgmma descriptors
-are hoisted and spilled), load the step's validity in the scores' layout (no conversion
-barriers) and store the NVFP4 records as spans of 128 dims, even then odd
-(``_fp4_dequant_spans``: one store, so one hazard barrier, a chunk). The window records decode
-in PTX too (``_E4M3_ASM``: keys x 2^-8, scaled back as the NVFP4 splits'). At 4 warps (one
-warpgroup, session 13) the NVFP4 chunks decode straight into wgmma's register A layout
-(``_fp4_dequant_rs``): S^T is issued from registers, chunk by chunk, and the tile is stored
-for the PV product only (no S^T read of it, a quarter of a step's shared-memory traffic); the
-NVFP4 staging is swizzled (``_staging_rows``) so those reads are conflict-free.
+Decodes are exact and in PTX: NVFP4 (``_FP4_ASM``, 17 instructions for 8 values) and FP8
+(``_E4M3_ASM``, 4 a pair) give the keys x 2^-8, folded back into the score scale and acc;
+the NVFP4 tile's columns are each 128-dim span's even dims, then its odd dims (q stored in
+the same order, the partial rows put back in dim order). At 4 warps the NVFP4 chunks are read
+in wgmma's register A layout (``_fp4_dequant_rs``): S^T is issued from registers, chunk by
+chunk, and the tile is stored for PV only (no S^T read of it: a quarter of a step's
+shared-memory traffic); the staging is swizzled (``_staging_rows``) so those reads are
+conflict-free. Sessions 11-13 of docs/kernels/sparse_attn.md measure each of these; the
+two-tile and warp-specialized variants they replaced were removed after measuring slower.
 
 Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), because
 Triton's own pass picks ``mma.sync`` or spills for these shapes (docs/kernels/sparse_attn.md,
@@ -65,12 +59,12 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @gluon.jit
-def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, SPAN: gl.constexpr,
-            RS: gl.constexpr = False):
-    """The row's 16 queries of this head block (0 past n_heads) into ``q_s``; SPAN > 0: in
-    the NVFP4 tile's column order (``_FP4_ASM``): each span of SPAN dims as its even dims, then
-    its odd ones, and within a 16-dim scale group dim 16g + 8w + 4v + 2u + p (p: odd) at column
-    p * SPAN/2 + 8g + 4w + 2u + v (``_pairs_order`` inverts it); RS (SPAN 128): in the
+def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, FP4: gl.constexpr,
+            RS: gl.constexpr):
+    """The row's 16 queries of this head block (0 past n_heads) into ``q_s``, in dim order (the
+    window tile's); FP4: in the NVFP4 tile's column order (``_FP4_ASM``): each 128-dim chunk as
+    its even dims, then its odd ones, and within a 16-dim scale group dim 16g + 8w + 4v + 2u +
+    p (p: odd) at column 64p + 8g + 4w + 2u + v (``_pairs_order`` inverts it); RS: in the
     register A operand's k order of ``_fp4_dequant_rs``."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
     h = h0 + gl.arange(0, 16, layout=gl.SliceLayout(1, blk))
@@ -80,17 +74,17 @@ def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, SPAN: gl.constexpr,
     if RS:  # chunk dim 32t + 8q + 4v + 2u + p -> k = 32q + 16p + 8u + 2t + v
         q = q.reshape([16, D // 128, 4, 4, 2, 2, 2]).permute(0, 1, 3, 6, 5, 2, 4)
         q = q.reshape([16, D])
-    elif SPAN:
-        q = q.reshape([16, D // SPAN, SPAN // 16, 2, 2, 2, 2]).permute(0, 1, 6, 2, 3, 5, 4)
+    elif FP4:
+        q = q.reshape([16, D // 128, 8, 2, 2, 2, 2]).permute(0, 1, 6, 2, 3, 5, 4)
         q = q.reshape([16, D])
     q_s.store(q)
 
 
 @gluon.jit
-def _pairs_order(acc, D: gl.constexpr, SPAN: gl.constexpr):
-    """acc^T rows in the NVFP4 tile's column order (``_load_q``'s SPAN) -> dim order."""
-    acc = acc.reshape([D // SPAN, 2, SPAN // 16, 2, 2, 2, 16]).permute(0, 2, 3, 5, 4, 1, 6)
-    return acc.reshape([D, 16])
+def _pairs_order(acc):
+    """A 128-dim part of acc^T, rows in the NVFP4 tile's column order (``_load_q``'s FP4) ->
+    dim order."""
+    return acc.reshape([2, 8, 2, 2, 2, 16]).permute(1, 2, 4, 3, 0, 5).reshape([128, 16])
 
 
 @gluon.jit
@@ -113,16 +107,9 @@ def _online_softmax(s, p_s, valid, m_i, l_i, qk_scale, mma_o: gl.constexpr):
 
 
 @gluon.jit
-def _softmax_pv(s, k_s, p_s, valid, m_i, l_i, acc, qk_scale, mma_o: gl.constexpr):
-    """``_online_softmax``, then ``acc^T += K^T P^T`` (the key tile ``k_s`` [64, D])."""
-    m_i, l_i, alpha = _online_softmax(s, p_s, valid, m_i, l_i, qk_scale, mma_o)
-    return m_i, l_i, warpgroup_mma(k_s.permute((1, 0)), p_s, acc * alpha)
-
-
-@gluon.jit
-def _softmax_pv_chunks(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o: gl.constexpr):
-    """``_softmax_pv`` on the lean tile: four 128-dim chunk buffers ``ks`` and their four acc^T
-    parts ``accs`` ([128, 16] each), four wgmmas in flight at once."""
+def _softmax_pv(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o: gl.constexpr):
+    """``_online_softmax``, then ``acc^T += K^T P^T`` over the four 128-dim chunk buffers ``ks``
+    into the four acc^T parts ``accs`` ([128, 16] each), four wgmmas in flight at once."""
     m_i, l_i, alpha = _online_softmax(s, p_s, valid, m_i, l_i, qk_scale, mma_o)
     a0 = warpgroup_mma(ks[0].permute((1, 0)), p_s, accs[0] * alpha, is_async=True)
     a1 = warpgroup_mma(ks[1].permute((1, 0)), p_s, accs[1] * alpha, is_async=True)
@@ -133,13 +120,13 @@ def _softmax_pv_chunks(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o: gl.co
 
 @gluon.jit
 def _chunk_views(kb, z):
-    """This step's views of the lean tile's four chunk buffers (``_loop_zero`` index)."""
+    """This step's views of the tile's four chunk buffers (``_loop_zero`` index)."""
     return (kb[0].index(z), kb[1].index(z), kb[2].index(z), kb[3].index(z))
 
 
 @gluon.jit
 def _scores_chunks(ks, q_s, mma_s: gl.constexpr):
-    """S^T = K Q^T over the lean tile's four chunk buffers (four chained wgmmas)."""
+    """S^T = K Q^T over the tile's four chunk buffers (four chained wgmmas)."""
     s = gl.zeros([64, 16], gl.float32, mma_s)
     for c in gl.static_range(4):
         s = warpgroup_mma(ks[c], q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s,
@@ -150,25 +137,17 @@ def _scores_chunks(ks, q_s, mma_s: gl.constexpr):
 @gluon.jit
 def _loop_zero(it):
     """0, computed from the loop counter ``it`` in PTX the compiler cannot see through: a
-    shared-memory view indexed by it is rebuilt every step (the lean loops' one key tile and q
+    shared-memory view indexed by it is rebuilt every step (the loops' key tile and q
     would otherwise have all 64 of their wgmma descriptors hoisted out of the loop, and
     spilled under the 128-register cap)."""
     return gl.inline_asm_elementwise("mov.b32 $0, 0;", "=r,r", [it], dtype=gl.int32,
                                      is_pure=True, pack=1)
 
 
-@gluon.jit
-def _scores_async(k_s, q_s, mma_s: gl.constexpr):
-    """S^T = K Q^T issued as an asynchronous wgmma (``warpgroup_mma_wait`` collects it)."""
-    return warpgroup_mma(k_s, q_s.permute((1, 0)), gl.zeros([64, 16], gl.float32, mma_s),
-                         use_acc=False, is_async=True)
-
-
 # ----------------------------------------------------------------------------- staging
-# The records of step i + 3 are copied (cp.async, zero-filled where masked) into one of two
-# staging stages while step i computes (step i + 1 is dequantised meanwhile): no registers
-# held for them, two steps of latency hidden. Plain row-major staging; the dequantising reads
-# are 16 / 8 contiguous bytes a thread.
+# The NVFP4 records of step i + 1 are copied (cp.async, zero-filled where masked) into the
+# staging stage once step i is decoded, and fly during its products: no registers held for
+# them. The decoding reads are 16 (4 warps) / 8 contiguous bytes a thread.
 @gluon.constexpr_function
 def _copy_layout(vec, rows_a_warp, warps):
     """Copies of ``[64, cols]`` bytes, ``vec`` contiguous bytes a thread."""
@@ -177,7 +156,7 @@ def _copy_layout(vec, rows_a_warp, warps):
 
 @gluon.constexpr_function
 def _staging_rows():
-    """The lean loops' NVFP4 staging: odd rows' 64-byte chunks swapped in pairs (chunk c at
+    """The NVFP4 staging: odd rows' 64-byte chunks swapped in pairs (chunk c at
     c ^ 1), so that the register-A decode's 16-byte reads of two adjacent keys (one phase of a
     warp's 128-bit load) fall on disjoint banks (the same banks, plain)."""
     return gl.SwizzledSharedLayout(64, 1, 2, [1, 0])
@@ -185,15 +164,15 @@ def _staging_rows():
 
 @gluon.constexpr_function
 def _staging():
-    """Plain row-major shared memory (the stage index first)."""
+    """Plain row-major shared memory (the NVFP4 records' scales)."""
     return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
 
 
 # ----------------------------------------------------------------------------- window (FP8)
 @gluon.constexpr_function
 def _win_layout(warps):
-    """A window chunk ``[64 keys, 4 scale blocks, 32 codes]`` (128 dims) read from staging:
-    16 contiguous bytes a thread."""
+    """A window chunk ``[64 keys, 4 scale blocks, 32 codes]`` (128 dims) loaded from global
+    memory: 16 contiguous bytes a thread."""
     return gl.BlockedLayout([1, 1, 16], [4, 4, 2], [warps, 1, 1], [2, 1, 0])
 
 
@@ -207,81 +186,6 @@ def _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW: gl.constexpr, D: gl.
     valid = (i < i_hi) & (kpos >= 0) & win_ok
     rec = (slot.to(gl.int64) * ring + gl.where(valid, kpos % ring, 0)) * (D + D // 32)
     return rec, valid
-
-
-@gluon.jit
-def _window_copy(win_ptr, codes_s, sc_s, slot, pos, win_ok, i0, i_hi, ring,
-                 WINDOW: gl.constexpr, D: gl.constexpr):
-    """Issue the copies of window keys ``i0 .. i0+64`` into one stage (one commit group)."""
-    cl: gl.constexpr = _copy_layout(16, 4, gl.num_warps())
-    sl: gl.constexpr = _copy_layout(4, 8, gl.num_warps())
-    rec, valid = _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
-                              gl.SliceLayout(1, cl))
-    cols = gl.arange(0, D, layout=gl.SliceLayout(0, cl))
-    async_copy.async_copy_global_to_shared(
-        codes_s, win_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(cols, 0),
-        mask=gl.expand_dims(valid, 1))
-    rec, valid = _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW, D,
-                              gl.SliceLayout(1, sl))
-    cols = gl.arange(0, D // 32, layout=gl.SliceLayout(0, sl))
-    async_copy.async_copy_global_to_shared(
-        sc_s, win_ptr + gl.expand_dims(rec + D, 1) + gl.expand_dims(cols, 0),
-        mask=gl.expand_dims(valid, 1))
-    async_copy.commit_group()
-
-
-@gluon.jit
-def _window_dequant(k_s, codes_s, sc_s, D: gl.constexpr):
-    """One stage's e4m3 codes x 2^(ue8m0 - 127) -> the exact bf16 keys in ``k_s`` (dim order),
-    128 dims at a time."""
-    L2: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [gl.num_warps(), 1], [1, 0])
-    L3: gl.constexpr = _win_layout(gl.num_warps())  # L2 reshaped to [64, 4, 32]
-    for c in gl.static_range(D // 128):
-        codes = codes_s.slice(c * 128, 128, dim=1).load(L2).reshape([64, 4, 32])  # L3
-        sc = sc_s.slice(c * 4, 4, dim=1).load(gl.SliceLayout(2, L3))
-        scale = (sc.to(gl.int32) << 23).to(gl.float32, bitcast=True)
-        k = codes.to(gl.float8e4nv, bitcast=True).to(gl.float32) * gl.expand_dims(scale, 2)
-        k_s.slice(c * 128, 128, dim=1).store(k.reshape([64, 128]).to(gl.bfloat16))
-
-
-@gluon.jit
-def _window_split(q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, h0,
-                   n_heads, slot, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
-                   D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
-                   mma_o: gl.constexpr):
-    """Window keys ``w_i0 .. w_hi`` of one row -> (m, l, acc^T). Two key tiles (``k_s[2]``):
-    step i's S^T wgmma runs while the warps dequantise step i + 1 into the other tile."""
-    _window_copy(win_ptr, raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), slot, pos,
-                 win_ok, w_i0, w_hi, ring, WINDOW, D)
-    _window_copy(win_ptr, raw_s.index(1), rsc_s.index(1).slice(0, D // 32, dim=1), slot, pos,
-                 win_ok, w_i0 + 64, w_hi, ring, WINDOW, D)
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, 0)  # during the records' round trip
-    async_copy.wait_group(1)
-    gl.thread_barrier()
-    _window_dequant(k_s.index(0), raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), D)
-    fence_async_shared()
-    gl.thread_barrier()
-    _window_copy(win_ptr, raw_s.index(0), rsc_s.index(0).slice(0, D // 32, dim=1), slot, pos,
-                 win_ok, w_i0 + 128, w_hi, ring, WINDOW, D)
-    for it in range(W_STEPS):
-        nx = (it + 1) % 2
-        tok = _scores_async(k_s.index(it % 2), q_s, mma_s)
-        async_copy.wait_group(1)  # this thread's copies of step it + 1 have landed
-        gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
-        if it + 1 < W_STEPS:
-            _window_dequant(k_s.index(nx), raw_s.index(nx),
-                            rsc_s.index(nx).slice(0, D // 32, dim=1), D)
-            fence_async_shared()
-        s = warpgroup_mma_wait(0, deps=[tok])
-        _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
-                                gl.SliceLayout(1, mma_s))
-        m_i, l_i, acc = _softmax_pv(s, k_s.index(it % 2), p_s, valid, m_i, l_i, acc, qk_scale,
-                                    mma_o)
-        # after _softmax_pv's barrier: stage nx is read, refill it with step it + 3
-        _window_copy(win_ptr, raw_s.index(nx), rsc_s.index(nx).slice(0, D // 32, dim=1), slot,
-                     pos, win_ok, w_i0 + (it + 3) * 64, w_hi, ring, WINDOW, D)
-    async_copy.wait_group(0)
-    return m_i, l_i, acc
 
 
 @gluon.jit
@@ -324,7 +228,7 @@ def _window_scale(sc):
 @gluon.jit
 def _window_chunk_store(k_c, codes, sc):
     """e4m3 codes x 2^(ue8m0 - 127) x 2^-8 -> the exact bf16 keys x 2^-8 of one 128-dim chunk
-    into its buffer ``k_c`` (``_E4M3_ASM``; the lean window splits scale scores and acc
+    into its buffer ``k_c`` (``_E4M3_ASM``; the window splits scale scores and acc
     back)."""
     k = gl.inline_asm_elementwise(
         _E4M3_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(_window_scale(sc), 2)],
@@ -333,16 +237,15 @@ def _window_chunk_store(k_c, codes, sc):
 
 
 @gluon.jit
-def _window_split_lean(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_heads, slot,
-                       pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr,
-                       D: gl.constexpr, W_STEPS: gl.constexpr, mma_s: gl.constexpr,
-                       mma_o: gl.constexpr):
-    """``_window_split`` on one key tile (four chunk buffers ``kb``, each [1, 64, 128]; q in
-    ``q_1`` [1, 16, D]; acc^T in four parts ``accs``), the
-    records loaded into registers (all four chunks' loads issued before the barrier that
-    frees the tile); D = 512."""
+def _window_split(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_heads, slot, pos,
+                  win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr, D: gl.constexpr,
+                  W_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
+    """Window keys ``w_i0 .. w_hi`` of one row -> (m, l, acc^T parts): the key tile as four
+    chunk buffers ``kb`` (each [1, 64, 128]), q in ``q_1`` ([1, 16, D]), acc^T in four parts
+    ``accs``; the records loaded into registers, all four chunks' loads issued before the
+    barrier that frees the tile; D = 512."""
     rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
-    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 0)
+    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, False, False)
     for it in range(W_STEPS):
         z = _loop_zero(it)
         ks = _chunk_views(kb, z)
@@ -363,7 +266,7 @@ def _window_split_lean(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_
         s = _scores_chunks(ks, q_s, mma_s)
         _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                 gl.SliceLayout(1, mma_s))
-        m_i, l_i, accs = _softmax_pv_chunks(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o)
+        m_i, l_i, accs = _softmax_pv(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o)
     return m_i, l_i, accs
 
 
@@ -487,7 +390,7 @@ def _rs_chunk_layouts():
 
 @gluon.jit
 def _fp4_dequant_rs(ks, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constexpr):
-    """The 4-warp lean step: each chunk decoded once into registers laid out as wgmma's A
+    """The 4-warp step: each chunk decoded once into registers laid out as wgmma's A
     operand (``_rs_chunk_layouts``), its S^T product issued from them (no read of the tile:
     a quarter of a step's shared-memory traffic) and the chunk stored into the tile for the
     PV product as ``_fp4_dequant_spans`` does. The product's k order is chunk dim
@@ -507,70 +410,6 @@ def _fp4_dequant_rs(ks, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constexp
 
 
 @gluon.jit
-def _fp4_dequant(k_s, packed_s, sc_s, D: gl.constexpr):
-    """One stage's records -> the even dims into ``k_s`` columns 0 .. D/2, the odd dims into
-    columns D/2 .., 128 dims at a time (``_fp4_chunk``)."""
-    for c in gl.static_range(D // 128):
-        k_e, k_o = _fp4_chunk(packed_s, sc_s, c)
-        k_s.slice(c * 64, 64, dim=1).store(k_e.reshape([64, 64]))
-        k_s.slice(D // 2 + c * 64, 64, dim=1).store(k_o.reshape([64, 64]))
-
-
-@gluon.jit
-def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
-                       acc, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
-                       max_pages, qk_scale, D: gl.constexpr, PAGE: gl.constexpr,
-                       C_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
-    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc^T), as ``_window_split``.
-    The chain index -> page -> copy runs five / four / three steps ahead of the products."""
-    j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
-    j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
-    j2 = _index(idx_ptr, row, c_0 + 128, c_hi, k_sel)
-    j3 = _index(idx_ptr, row, c_0 + 192, c_hi, k_sel)
-    j4 = _index(idx_ptr, row, c_0 + 256, c_hi, k_sel)
-    _load_q(q_ptr, q_s, row, h0, n_heads, D, D)  # during the chain's round trips
-    rec, v0 = _rec(j0, _page(bt_ptr, j0, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
-    _fp4_copy(comp_ptr, raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), rec, v0, D)
-    rec, v1 = _rec(j1, _page(bt_ptr, j1, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
-    _fp4_copy(comp_ptr, raw_s.index(1).slice(0, D // 2, dim=1), rsc_s.index(1), rec, v1, D)
-    page2 = _page(bt_ptr, j2, slot, sel_ok, max_pages, PAGE)
-    page3 = _page(bt_ptr, j3, slot, sel_ok, max_pages, PAGE)
-    async_copy.wait_group(1)
-    gl.thread_barrier()
-    _fp4_dequant(k_s.index(0), raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), D)
-    fence_async_shared()
-    gl.thread_barrier()
-    rec, v2 = _rec(j2, page2, n_pages, D, PAGE)
-    _fp4_copy(comp_ptr, raw_s.index(0).slice(0, D // 2, dim=1), rsc_s.index(0), rec, v2, D)
-    for it in range(C_STEPS):
-        nx = (it + 1) % 2
-        tok = _scores_async(k_s.index(it % 2), q_s, mma_s)
-        j5 = _index(idx_ptr, row, c_0 + (it + 5) * 64, c_hi, k_sel)
-        page4 = _page(bt_ptr, j4, slot, sel_ok, max_pages, PAGE)
-        async_copy.wait_group(1)  # this thread's copies of step it + 1 have landed
-        gl.thread_barrier()  # everyone's; every warp's wgmmas of step it - 1 are done
-        if it + 1 < C_STEPS:
-            _fp4_dequant(k_s.index(nx), raw_s.index(nx).slice(0, D // 2, dim=1),
-                         rsc_s.index(nx), D)
-            fence_async_shared()
-        s = warpgroup_mma_wait(0, deps=[tok])
-        m_i, l_i, acc = _softmax_pv(s, k_s.index(it % 2), p_s, v0, m_i, l_i, acc, qk_scale,
-                                    mma_o)
-        # after _softmax_pv's barrier: stage nx is read, refill it with step it + 3
-        rec, v3 = _rec(j3, page3, n_pages, D, PAGE)
-        _fp4_copy(comp_ptr, raw_s.index(nx).slice(0, D // 2, dim=1), rsc_s.index(nx), rec, v3,
-                  D)
-        v0 = v1
-        v1 = v2
-        v2 = v3
-        j3 = j4
-        page3 = page4
-        j4 = j5
-    async_copy.wait_group(0)
-    return m_i, l_i, acc
-
-
-@gluon.jit
 def _fp4_dequant_spans(ks, packed_s, sc_s, D: gl.constexpr):
     """``_fp4_dequant`` in spans of 128 dims: each chunk's even dims then its odd dims, one
     store a chunk (each store to the tile after another costs a CTA barrier: Triton's
@@ -581,19 +420,19 @@ def _fp4_dequant_spans(ks, packed_s, sc_s, D: gl.constexpr):
 
 
 @gluon.jit
-def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, kb, q_1, p_s, raw_s, rsc_s, m_i,
-                           l_i, accs, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages,
-                           max_pages, qk_scale, D: gl.constexpr, PAGE: gl.constexpr,
-                           C_STEPS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
-    """``_compressed_split`` on one key tile (``_window_split_lean``'s ``kb``, ``q_1``,
-    ``accs``) and one staging stage: step i + 1's copies are issued once step i is
-    dequantised, and fly during its products; its index is loaded two steps ahead, its
-    block-table entry at the top of step i (a short chain: fewer registers held across steps
-    under the 128-register cap)."""
+def _compressed_split(q_ptr, comp_ptr, bt_ptr, idx_ptr, kb, q_1, p_s, raw_s, rsc_s, m_i, l_i,
+                      accs, row, h0, n_heads, slot, sel_ok, c_0, c_hi, k_sel, n_pages, max_pages,
+                      qk_scale, D: gl.constexpr, PAGE: gl.constexpr, C_STEPS: gl.constexpr,
+                      mma_s: gl.constexpr, mma_o: gl.constexpr):
+    """Index-list columns ``c_0 .. c_hi`` of one row -> (m, l, acc^T parts), with
+    ``_window_split``'s ``kb``, ``q_1``, ``accs`` and one staging stage (``raw_s`` /
+    ``rsc_s``): step i + 1's copies are issued once step i is dequantised, and fly during its
+    products; its index is loaded two steps ahead, its block-table entry at the top of step i
+    (a short chain: fewer registers held across steps under the 128-register cap)."""
     j0 = _index(idx_ptr, row, c_0, c_hi, k_sel)
     j1 = _index(idx_ptr, row, c_0 + 64, c_hi, k_sel)
     RS: gl.constexpr = gl.num_warps() == 4  # S^T from registers (one warpgroup)
-    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, 128, RS)  # during the chain's trips
+    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, True, RS)  # during the chain's trips
     rec, v0 = _rec(j0, _page(bt_ptr, j0, slot, sel_ok, max_pages, PAGE), n_pages, D, PAGE)
     _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v0, D)
     for it in range(C_STEPS):
@@ -618,7 +457,7 @@ def _compressed_split_lean(q_ptr, comp_ptr, bt_ptr, idx_ptr, kb, q_1, p_s, raw_s
         _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)
         if not RS:
             s = _scores_chunks(ks, q_s, mma_s)
-        m_i, l_i, accs = _softmax_pv_chunks(s, ks, p_s, vm, m_i, l_i, accs, qk_scale, mma_o)
+        m_i, l_i, accs = _softmax_pv(s, ks, p_s, vm, m_i, l_i, accs, qk_scale, mma_o)
         j1 = j2
     async_copy.wait_group(0)
     return m_i, l_i, accs
@@ -647,37 +486,12 @@ def _cta_row(pos_ptr, slot_ptr, n_slots, n_bt_slots):
 
 
 @gluon.jit
-def _store_ml(ws_m_ptr, ws_l_ptr, m_i, l_i, base):
-    """A split's m and l (summed over the step's keys) into workspace rows ``base .. +16``."""
-    rs = base + gl.arange(0, 16, layout=m_i.type.layout)
-    gl.store(ws_m_ptr + rs, m_i)
-    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
-
-
-@gluon.jit
-def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win,
+def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win,
                     D: gl.constexpr):
-    """A two-tile split's (m, l, acc^T) into workspace rows ``base .. base + 16`` (acc in dim
-    order; index-list splits' tiles were in ``_load_q``'s SPAN D order and x 2^-8)."""
-    # acc^T through shared memory into 4 consecutive dims of one head a thread: 16-byte
-    # stores, a warp writing 512 contiguous bytes (the MMA layout scatters 4-byte stores)
-    st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
-    r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
-    d = gl.arange(0, D, layout=gl.SliceLayout(1, st_l))
-    offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(d, 1)
-    if is_win:
-        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc, st_l))
-    else:  # the tile's columns were even dims, then odd ones, by spans: interleave the rows
-        acc_d = _pairs_order(acc, D, D)
-        gl.store(ws_acc_ptr + offs, gl.convert_layout(acc_d * 256.0, st_l))
-    _store_ml(ws_m_ptr, ws_l_ptr, m_i, l_i, base)
-
-
-@gluon.jit
-def _store_partials_chunks(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win,
-                           D: gl.constexpr):
-    """``_store_partials`` of a lean split: acc^T in four 128-dim parts, both kinds' tiles x
-    2^-8, the index-list ones in ``_load_q``'s SPAN 128 order."""
+    """A split's (m, l, acc^T in four 128-dim parts) into workspace rows ``base .. base + 16``
+    in dim order (both kinds' tiles were x 2^-8, the index-list ones in ``_load_q``'s FP4
+    order). acc^T goes through shared memory into 4 consecutive dims of one head a
+    thread: 16-byte stores, a warp writing 512 contiguous bytes."""
     st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
     r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
     d = gl.arange(0, 128, layout=gl.SliceLayout(1, st_l))
@@ -687,8 +501,10 @@ def _store_partials_chunks(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base,
             gl.store(ws_acc_ptr + offs, gl.convert_layout(accs[c] * 256.0, st_l))
         else:
             gl.store(ws_acc_ptr + offs,
-                     gl.convert_layout(_pairs_order(accs[c], 128, 128) * 256.0, st_l))
-    _store_ml(ws_m_ptr, ws_l_ptr, m_i, l_i, base)
+                     gl.convert_layout(_pairs_order(accs[c]) * 256.0, st_l))
+    rs = base + gl.arange(0, 16, layout=m_i.type.layout)
+    gl.store(ws_m_ptr + rs, m_i)
+    gl.store(ws_l_ptr + rs, gl.sum(l_i, 0))
 
 
 @gluon.jit
@@ -699,7 +515,7 @@ def _wgmma_attn_kernel(
     qk_scale,  # softmax scale * log2(e)
     WINDOW: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, W_STEPS: gl.constexpr,
     N_WSPLIT: gl.constexpr, C_STEPS: gl.constexpr, N_SPLIT: gl.constexpr,
-    HAS_SEL: gl.constexpr, PDL: gl.constexpr, WAIT: gl.constexpr, LEAN: gl.constexpr,
+    HAS_SEL: gl.constexpr, PDL: gl.constexpr, WAIT: gl.constexpr,
 ):
     """Split ``program_id(0)`` of (row ``program_id(2)``, head block ``program_id(1)``) ->
     its partial (m, l, acc) rows of the workspace (the Triton kernel's layout: row
@@ -721,17 +537,14 @@ def _wgmma_attn_kernel(
     p_l: gl.constexpr = _p_layout()
     pid_s, pid_h, row, pos, slot, win_ok, sel_ok = _cta_row(pos_ptr, slot_ptr, n_slots,
                                                             n_bt_slots)
-    # two key tiles and two staging stages of raw records (window codes / NVFP4 packed bytes,
-    # and their scales); LEAN (``config.lean``): one of each, NVFP4 only, the tile as four
-    # 128-dim chunk buffers (separate allocations: Triton's hazard pass puts a CTA barrier
-    # between two stores to one allocation, not to two) and acc^T in four parts
-    NT: gl.constexpr = 1 if LEAN else 2
+    # the key tile as four 128-dim chunk buffers (separate allocations: Triton's hazard pass
+    # puts a CTA barrier between two stores to one allocation, not to two), acc^T in four
+    # parts, one staging stage of NVFP4 records and their scales (window records go straight
+    # to registers)
     q_1 = gl.allocate_shared_memory(gl.bfloat16, [1, 16, D], k_l)
-    q_s = q_1.index(0)
     p_s = gl.allocate_shared_memory(gl.bfloat16, [64, 16], p_l)
-    raw_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 2 if LEAN else D],
-                                      _staging_rows() if LEAN else _staging())
-    rsc_s = gl.allocate_shared_memory(gl.uint8, [NT, 64, D // 16], _staging())
+    raw_s = gl.allocate_shared_memory(gl.uint8, [1, 64, D // 2], _staging_rows())
+    rsc_s = gl.allocate_shared_memory(gl.uint8, [1, 64, D // 16], _staging())
     m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(0, mma_s))
     l_i = gl.zeros([64, 16], gl.float32, mma_s)
     is_win = pid_s < N_WSPLIT
@@ -739,46 +552,26 @@ def _wgmma_attn_kernel(
     slot_c = gl.where(sel_ok, slot, 0)
     group = row * gl.num_programs(1) + pid_h
     base = (group * N_SPLIT + pid_s) * 16
-    if LEAN:
-        kb = (gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
-              gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
-              gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
-              gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l))
-        z = gl.zeros([128, 16], gl.float32, mma_o)
-        accs = (z, z, z, z)
-        if is_win:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
-            w_i0 = pid_s * (W_STEPS * 64)
-            w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
-            m_i, l_i, accs = _window_split_lean(
-                q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, pid_h * 16,
-                n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale * 256.0, WINDOW, D,
-                W_STEPS, mma_s, mma_o)
-        else:
-            if HAS_SEL:
-                c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
-                c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
-                m_i, l_i, accs = _compressed_split_lean(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, kb, q_1, p_s, raw_s.index(0),
-                    rsc_s.index(0), m_i, l_i, accs, row, pid_h * 16, n_heads, slot_c, sel_ok,
-                    c_0, c_hi, k_sel, n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS,
-                    mma_s, mma_o)
-        _store_partials_chunks(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win, D)
+    kb = (gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
+          gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
+          gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
+          gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l))
+    z = gl.zeros([128, 16], gl.float32, mma_o)
+    accs = (z, z, z, z)
+    if is_win:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
+        w_i0 = pid_s * (W_STEPS * 64)
+        w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
+        m_i, l_i, accs = _window_split(
+            q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, pid_h * 16,
+            n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale * 256.0, WINDOW, D,
+            W_STEPS, mma_s, mma_o)
     else:
-        k_s = gl.allocate_shared_memory(gl.bfloat16, [NT, 64, D], k_l)
-        acc = gl.zeros([D, 16], gl.float32, mma_o)
-        if is_win:
-            w_i0 = pid_s * (W_STEPS * 64)
-            w_hi = gl.minimum(w_i0 + W_STEPS * 64, WINDOW)
-            m_i, l_i, acc = _window_split(
-                q_ptr, win_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i, acc, row, pid_h * 16,
-                n_heads, slot_w, pos, win_ok, w_i0, w_hi, ring, qk_scale, WINDOW, D, W_STEPS,
+        if HAS_SEL:
+            c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
+            c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
+            m_i, l_i, accs = _compressed_split(
+                q_ptr, comp_ptr, bt_ptr, idx_ptr, kb, q_1, p_s, raw_s.index(0),
+                rsc_s.index(0), m_i, l_i, accs, row, pid_h * 16, n_heads, slot_c, sel_ok,
+                c_0, c_hi, k_sel, n_pages, max_pages, qk_scale * 256.0, D, PAGE, C_STEPS,
                 mma_s, mma_o)
-        else:
-            if HAS_SEL:  # the tiles hold the keys x 2^-8: scores and acc scaled back by 2^8
-                c_0 = (pid_s - N_WSPLIT) * (C_STEPS * 64)
-                c_hi = gl.minimum(c_0 + C_STEPS * 64, k_sel)
-                m_i, l_i, acc = _compressed_split(
-                    q_ptr, comp_ptr, bt_ptr, idx_ptr, k_s, q_s, p_s, raw_s, rsc_s, m_i, l_i,
-                    acc, row, pid_h * 16, n_heads, slot_c, sel_ok, c_0, c_hi, k_sel, n_pages,
-                    max_pages, qk_scale * 256.0, D, PAGE, C_STEPS, mma_s, mma_o)
-        _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, acc, base, is_win, D)
+    _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win, D)

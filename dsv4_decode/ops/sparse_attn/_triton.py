@@ -641,9 +641,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
     wait = cfg.pdl_entry and pdl_capable(q.device)
     if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
-        # lean: registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
-        opts = dict(LEAN=cfg.lean, num_warps=cfg.num_warps,
-                    **({"maxnreg": 128} if cfg.lean and cfg.num_warps == 8 else {}))
+        # registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
+        opts = dict(num_warps=cfg.num_warps, **({"maxnreg": 128} if cfg.num_warps == 8 else {}))
         _wgmma_attn_kernel[grid](
             q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
             n_heads, window_cache.shape[0], window_cache.shape[1],

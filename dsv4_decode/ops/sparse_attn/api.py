@@ -132,7 +132,7 @@ def sparse_attn(q: torch.Tensor, window_cache: torch.Tensor, positions: torch.Te
 
     Kernels: on a Hopper GPU (sm_90) the default runs the splits on warpgroup MMAs
     (``config.wgmma``, ``_gluon.py``: same partials, same merge, both kernels dependent
-    launches; two key tiles or the lean variant, ``config.wgmma_config``); elsewhere the
+    launches, two CTAs a SM, ``config.wgmma_config``); elsewhere the
     Triton kernels of ``_triton.py``. A ``wgmma`` config off Hopper, or with flags it does
     not take, is a ``ValueError``.
     """

@@ -62,13 +62,10 @@ class SparseAttnConfig:
     # each partial rounded once to bf16 (relative 2^-9, as the bf16 P of the P K product)
     partials_bf16: bool = False
     # Hopper only (sm_90): the splits run ``_gluon._wgmma_attn_kernel`` (both products on
-    # warpgroup MMAs, keys in M); needs block_h 16, block_n 64, D 512, several splits, fp32
-    # partials and the merge kernel (``wgmma_config`` builds one)
+    # warpgroup MMAs, keys in M; ~100 KB of shared memory and <= 128 registers at 8 warps, so
+    # two CTAs share a SM); needs block_h 16, block_n 64, D 512, 4 or 8 warps, several splits,
+    # fp32 partials and the merge kernel (``wgmma_config`` builds one)
     wgmma: bool = False
-    # wgmma only: one key tile and one staging stage, window records loaded straight into
-    # registers: ~100 KB of shared memory and <= 128 registers, so two CTAs share a SM (each
-    # hides the other's chain instead of the second tile within one CTA)
-    lean: bool = False
 
     @property
     def n_split(self) -> int:
@@ -77,10 +74,9 @@ class SparseAttnConfig:
     @property
     def ctas_per_sm(self) -> int:
         """CTAs of this config one SM holds at once, from the register file (shared memory,
-        <= 82 KB a CTA for every layout of ``LAYOUTS``, never binds first; the wgmma kernel's
-        214 KB allow one CTA, which is also what its 8 warps give here). Lean: two (100 KB of
-        shared memory a CTA; registers capped at 128 at 8 warps, 255 at 4)."""
-        if self.lean:
+        <= 82 KB a CTA for every layout of ``LAYOUTS``, never binds first). The wgmma kernel:
+        two (100 KB of shared memory a CTA; registers capped at 128 at 8 warps, 255 at 4)."""
+        if self.wgmma:
             return 2
         return max(REGISTERS // (32 * self.num_warps * (self.maxnreg or REGS_PER_THREAD)), 1)
 
@@ -125,7 +121,9 @@ class SparseAttnConfig:
     def wgmma_problem(self, head_dim: int) -> str | None:
         """Why this ``wgmma`` config cannot run at ``head_dim`` (None: it can, or not wgmma)."""
         if not self.wgmma:
-            return "lean: only with wgmma" if self.lean else None
+            return None
+        if self.num_warps not in (4, 8):
+            return f"wgmma: needs 4 or 8 warps, got {self.num_warps}"
         if head_dim != 512:
             return f"wgmma: needs head dim 512, got {head_dim}"
         if (self.block_h, self.block_n, self.dim_split) != (16, 64, 1):
@@ -144,48 +142,49 @@ class SparseAttnConfig:
 
 
 def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int = 132,
-                 variant: str | None = None) -> SparseAttnConfig:
+                 num_warps: int | None = None) -> SparseAttnConfig:
     """The wgmma kernel's config (Hopper, head dim 512): 64 keys a step, the merge kernel, both
-    kernels programmatic dependent launches. ``variant`` "tiles2" (two key tiles, 8 warps, one
-    CTA a SM) or "lean" (``config.lean``: one tile, 8 warps, two CTAs a SM) gives that variant
-    split by its own rule (``_wgmma_rule``). None, the default: lean everywhere, by the one-step
-    splits' CTA count n1 (groups x splits) against the SMs; session 12's same-process
-    comparison of the variants (``scripts/sparse_ab.py``, H200, all 24 benchmark cells, run 6):
+    kernels programmatic dependent launches, two CTAs a SM. ``num_warps`` 8 or 4: those warps
+    throughout, split by ``_wgmma_rule``. None, the default, by the one-step splits' CTA count
+    n1 (groups x splits) against the SMs; session 12's same-process comparison
+    (``scripts/sparse_ab.py``, H200, all 24 benchmark cells, run 6):
     - n1 <= 3/4 of the SMs: one-step splits at 8 warps (1 x 6 x 16 7.17 us against 7.44 at 4
-      warps and 7.70 with two tiles; 1 x 1 x 16 6.63 / 6.88 / 7.42);
-    - else the lean rule at 4 warps (one warpgroup a CTA: S^T reads the key tile once, not once
-      a warpgroup; 255 registers): 32 x 6 x 16 53.7 against 58.7 at 8 warps and 66.2 with two
-      tiles, 8 x 6 x 16 17.2 / 17.6 / 22.4, 32 x 6 x 64 168.0 / 185.8 / 229.6, 4 x 6 x 16
-      12.3 / 13.3 / 13.0; two tiles are within 1 % at 2 x 6 x 16 (8.78 against 8.81) and
-      32 x 1 x 16 (15.78 / 15.87), slower everywhere else.
-    Dependent launches (session 12, ``scripts/pdl_ab.py``, two tiles): -0.95 to -1.23 us at 1-2
-    requests, -0.89 at 8 x 6 x 16, -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11 at 32 x 1
-    x 16; outputs bitwise equal."""
-    if variant is not None:
-        if variant not in ("tiles2", "lean"):
-            raise ValueError(f"variant: 'tiles2', 'lean' or None, got {variant!r}")
-        return _wgmma_rule(rows, heads, window, n_sel, sm_count, variant == "lean")
+      warps; 1 x 1 x 16 6.63 / 6.88);
+    - else the rule at 4 warps (one warpgroup a CTA: S^T reads the key tile once, not once a
+      warpgroup; 255 registers; session 13: S^T from registers): 32 x 6 x 16 53.7 against
+      58.7 at 8 warps, 8 x 6 x 16 17.2 / 17.6, 32 x 6 x 64 168.0 / 185.8, 4 x 6 x 16 12.3 /
+      13.3.
+    The two-tile kernel (one CTA a SM) was within 1 % at 2 x 6 x 16 and 32 x 1 x 16 and slower
+    everywhere else (session 12), the warp-specialized one slower in 20 of 24 cells (session
+    13): both removed. Dependent launches (session 12, ``scripts/pdl_ab.py``): -0.95 to -1.23
+    us at 1-2 requests, -0.89 at 8 x 6 x 16, -1.74 at 32 x 6 x 16, -0.41 at 1 x 6 x 64, -1.11
+    at 32 x 1 x 16; outputs bitwise equal."""
+    if num_warps is not None:
+        if num_warps not in (4, 8):
+            raise ValueError(f"num_warps: 4, 8 or None, got {num_warps!r}")
+        return replace(_wgmma_rule(rows, heads, window, n_sel, sm_count), num_warps=num_warps)
     groups = rows * -(-heads // 16)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     if 4 * groups * one.n_split <= 3 * sm_count:
-        return replace(one, wgmma=True, lean=True, pdl=True, pdl_entry=True)
-    return replace(_wgmma_rule(rows, heads, window, n_sel, sm_count, True), num_warps=4)
+        return replace(one, wgmma=True, pdl=True, pdl_entry=True)
+    return replace(_wgmma_rule(rows, heads, window, n_sel, sm_count), num_warps=4)
 
 
-def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int, sm_count: int,
-                lean: bool) -> SparseAttnConfig:
-    """One wgmma variant's split rule (8 warps; slots = SMs x its CTAs a SM). Where one-step
-    splits (one per 64 keys) fit one wave, those (session 11, H200, two tiles, same process:
-    1 x 6 x 16 8.58 us against 11.85 for the rule below and 10.51 for the Triton one-step
-    layout; 2 x 6 x 16 10.06 / 12.84 / 13.71; 1 x 1 x 16 8.41 / 11.56 / 10.23); else the
-    ``_steps`` rule, then twice the steps from two waves (a split's prologue (q, the index ->
-    page chain, the first copies) is not overlapped by another CTA on its SM, so fewer, longer
-    splits pay: 32 x 6 x 16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x
-    64 67.57 against 69.61; at 8 x 6 x 16 (1.8 waves) 28.90 against 23.78, and one-step splits
-    29.50); never fewer than two splits (there is no in-place finalisation on that path)."""
+def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int,
+                sm_count: int) -> SparseAttnConfig:
+    """The wgmma kernel's split rule (8 warps; slots = 2 CTAs x SMs). Where one-step splits (one
+    per 64 keys) fit one wave, those (session 11, H200, same process: 1 x 6 x 16 8.58 us
+    against 11.85 for the rule below and 10.51 for the Triton one-step layout; 2 x 6 x 16
+    10.06 / 12.84 / 13.71; 1 x 1 x 16 8.41 / 11.56 / 10.23); else the ``_steps`` rule, then
+    twice the steps from two waves (a split's prologue (q, the index -> page chain, the first
+    copies) is not overlapped by another CTA on its SM, so fewer, longer splits pay: 32 x 6 x
+    16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57 against
+    69.61; at 8 x 6 x 16 (1.8 waves) 28.90 against 23.78, and one-step splits 29.50); never
+    fewer than two splits (there is no in-place finalisation on that path). Session 13's
+    sweep kept it (8 x 6 x 16, 32 x 6 x 16)."""
     groups = rows * -(-heads // 16)
-    slots = sm_count * (2 if lean else 1)
-    flags = dict(wgmma=True, lean=lean, pdl=True, pdl_entry=True)
+    slots = sm_count * 2
+    flags = dict(wgmma=True, pdl=True, pdl_entry=True)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     if groups * one.n_split <= slots:
         return replace(one, **flags)
@@ -219,7 +218,7 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
 
     ``wgmma`` (a Hopper GPU, ``api.pick_config``): the wgmma kernel at every shape of head dim
     512 (``wgmma_config``; session 11: -6 to -27 % against this function's Triton choice in all
-    24 cells of the benchmark, same run; session 12 added its lean variants)."""
+    24 cells of the benchmark, same run; sessions 12-13 measured its variants)."""
     if wgmma and head_dim == 512:
         return wgmma_config(rows, heads, window, n_sel, sm_count)
     if head_dim >= 256:
