@@ -1,13 +1,14 @@
 """Probe: sparse_attn configs or kernels per cell, same inputs, one process (one Hopper GPU).
 
-    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--kernels OLD.py[,OTHER.py]]
+    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--warps] [--kernels OLD.py[,..]]
 
 For each cell (default: the benchmark's 24) it times each config of ``variants``, twice,
 alternated (CUDA graph of 20 calls, median of 20 replays, as the benchmark), and checks each
 against the first (bitwise where the splits are the same, else the largest difference relative
-to the output's largest value). Variants: the wgmma kernel's split rule at 8 and at 4 warps
-throughout (``wgmma_config(..., num_warps=)``) and the default (``wgmma_config``). Prints one
-line a cell. No CSV.
+to the output's largest value). Variants: the default (``wgmma_config``) and the same config
+with each row's splits launched one after the other (``long_first=False``); ``--warps``: the
+wgmma kernel's split rule at 8 and at 4 warps throughout (``wgmma_config(..., num_warps=)``)
+and the default. Prints one line a cell. No CSV.
 
 ``--kernels``: instead, the default config run by this tree's wgmma kernel and by each given
 copy of ``_gluon.py`` (e.g. ``git show REV:dsv4_decode/ops/sparse_attn/_gluon.py > old.py``;
@@ -18,6 +19,7 @@ a kernel change timed against its predecessor in one process.
 import importlib.util
 import os
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -29,10 +31,13 @@ from dsv4_decode.ops.sparse_attn import make_workspace, sparse_attn, wgmma_confi
 CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
 
 
-def variants(rows, heads):
+def variants(rows, heads, warps=False):
+    default = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)
+    if not warps:
+        return {"default": default, "interleaved": replace(default, long_first=False)}
     return {"w8": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, num_warps=8),
             "w4": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, num_warps=4),
-            "default": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)}
+            "default": default}
 
 
 KERNELS = {}  # name -> the _wgmma_attn_kernel it runs (``--kernels``); empty: this tree's
@@ -47,13 +52,13 @@ def load_kernel(path):
     return name, mod._wgmma_attn_kernel
 
 
-def cell(requests, q_len, heads) -> None:
+def cell(requests, q_len, heads, warps=False) -> None:
     inp = SB.Inputs(requests, q_len, heads, SB.SELECTED, SB.CALLS)
     if KERNELS:
         names = tuple(KERNELS)
         cfgs = (wgmma_config(inp.rows, heads, SB.WINDOW, SB.SELECTED),) * len(names)
     else:
-        names, cfgs = zip(*variants(inp.rows, heads).items(), strict=True)
+        names, cfgs = zip(*variants(inp.rows, heads, warps).items(), strict=True)
     kernels = [KERNELS.get(n, launcher._wgmma_attn_kernel) for n in names]
     wss = [make_workspace(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED, "cuda", c)
            for c in cfgs]
@@ -96,9 +101,10 @@ def main(argv) -> None:
         KERNELS["tree"] = launcher._wgmma_attn_kernel
         KERNELS.update(load_kernel(p) for p in argv[i + 1].split(","))
         argv = argv[:i] + argv[i + 2:]
-    cells = [tuple(int(x) for x in a.split("x")) for a in argv] or CELLS
+    warps = "--warps" in argv
+    cells = [tuple(int(x) for x in a.split("x")) for a in argv if a != "--warps"] or CELLS
     for c in cells:
-        cell(*c)
+        cell(*c, warps=warps)
 
 
 if __name__ == "__main__":

@@ -645,7 +645,7 @@ for rows, n_sel, warps, dep in ((6, 512, None, True), (12, 512, None, True),
     cfg = wgmma_config(rows, 16, 128, n_sel, num_warps=warps)
     const = dict(WINDOW=128, D=512, PAGE=64, W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit,
                  C_STEPS=cfg.c_steps, N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0,
-                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep)
+                 PDL=cfg.pdl and dep, WAIT=cfg.pdl_entry and dep, LONG_FIRST=cfg.long_first)
     name = f"wgmma-{rows}-K{n_sel}-w{cfg.num_warps}{'' if dep else '-plain'}"
     out[name] = spill_stores(G._wgmma_attn_kernel, const, cfg.num_warps, PTR,
                              scalar_types={"qk_scale": "fp32"},

@@ -1,7 +1,7 @@
 """Hopper (sm_90) kernel of ``sparse_attn`` on wgmma (private; the contract is in ``api.py``).
 
 ``_wgmma_attn_kernel`` computes the same split partials as ``_triton._sparse_attn_kernel``
-(grid ``(n_split, head blocks, rows)``, 16 heads a CTA, partials ``(m, l, acc)`` in the
+(one CTA a split of a (row, head block), 16 heads a CTA, partials ``(m, l, acc)`` in the
 workspace, merged by ``_triton._merge_kernel``), with both products on warpgroup MMAs and the
 keys in the MMA's M, 64 keys a step, at 8 warps (one-step splits) or 4 (one warpgroup), two
 CTAs a SM (about 100 KB of shared memory; at most 128 registers at 8 warps):
@@ -476,12 +476,28 @@ def _p_layout():
 
 
 @gluon.jit
-def _cta_row(pos_ptr, slot_ptr, n_slots, n_bt_slots):
-    """This CTA's split, head block and row, the row's position and slot, and whether the slot
-    has a window ring / a block-table row."""
-    row = gl.program_id(2)
+def _cta_row(pos_ptr, slot_ptr, n_slots, n_bt_slots, W_STEPS: gl.constexpr,
+             N_WSPLIT: gl.constexpr, C_STEPS: gl.constexpr, N_SPLIT: gl.constexpr,
+             LONG_FIRST: gl.constexpr):
+    """This CTA's split, head block and row, the number of head blocks, the row's position and
+    slot, and whether the slot has a window ring / a block-table row. LONG_FIRST: the grid is
+    ``(head blocks, rows, splits)``, so CTAs start split by split over all rows, the kind with
+    more steps a split first (index-list splits where ``C_STEPS >= W_STEPS``); else
+    ``(splits, head blocks, rows)``: each row's splits one after the other."""
+    if LONG_FIRST:
+        pid_h = gl.program_id(0)
+        row = gl.program_id(1)
+        pid_s = gl.program_id(2)
+        if C_STEPS >= W_STEPS:
+            pid_s = (pid_s + N_WSPLIT) % N_SPLIT
+        n_hb = gl.num_programs(0)
+    else:
+        pid_s = gl.program_id(0)
+        pid_h = gl.program_id(1)
+        row = gl.program_id(2)
+        n_hb = gl.num_programs(1)
     slot = gl.load(slot_ptr + row)
-    return (gl.program_id(0), gl.program_id(1), row, gl.load(pos_ptr + row), slot,
+    return (pid_s, pid_h, row, n_hb, gl.load(pos_ptr + row), slot,
             (slot >= 0) & (slot < n_slots), (slot >= 0) & (slot < n_bt_slots))
 
 
@@ -515,11 +531,12 @@ def _wgmma_attn_kernel(
     qk_scale,  # softmax scale * log2(e)
     WINDOW: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, W_STEPS: gl.constexpr,
     N_WSPLIT: gl.constexpr, C_STEPS: gl.constexpr, N_SPLIT: gl.constexpr,
-    HAS_SEL: gl.constexpr, PDL: gl.constexpr, WAIT: gl.constexpr,
+    HAS_SEL: gl.constexpr, PDL: gl.constexpr, WAIT: gl.constexpr, LONG_FIRST: gl.constexpr,
 ):
-    """Split ``program_id(0)`` of (row ``program_id(2)``, head block ``program_id(1)``) ->
-    its partial (m, l, acc) rows of the workspace (the Triton kernel's layout: row
+    """One split of one (row, head block) (``_cta_row``: which, from the program ids) -> its
+    partial (m, l, acc) rows of the workspace (the Triton kernel's layout: row
     ``(group * N_SPLIT + split) * 16 + head``, group = row x head blocks + head block).
+    LONG_FIRST: the launch order of ``config.long_first``.
     WAIT: launched as a programmatic dependent (``config.pdl_entry``), it waits for the kernel
     before it first; PDL or WAIT: the merge kernel may launch once every CTA here has started
     (``config.pdl``: the merge is a dependent launch)."""
@@ -535,8 +552,8 @@ def _wgmma_attn_kernel(
                                                     instr_shape=[16, 16, 16])
     k_l: gl.constexpr = _tile_layout()
     p_l: gl.constexpr = _p_layout()
-    pid_s, pid_h, row, pos, slot, win_ok, sel_ok = _cta_row(pos_ptr, slot_ptr, n_slots,
-                                                            n_bt_slots)
+    pid_s, pid_h, row, n_hb, pos, slot, win_ok, sel_ok = _cta_row(
+        pos_ptr, slot_ptr, n_slots, n_bt_slots, W_STEPS, N_WSPLIT, C_STEPS, N_SPLIT, LONG_FIRST)
     # the key tile as four 128-dim chunk buffers (separate allocations: Triton's hazard pass
     # puts a CTA barrier between two stores to one allocation, not to two), acc^T in four
     # parts, one staging stage of NVFP4 records and their scales (window records go straight
@@ -550,7 +567,7 @@ def _wgmma_attn_kernel(
     is_win = pid_s < N_WSPLIT
     slot_w = gl.where(win_ok, slot, 0)
     slot_c = gl.where(sel_ok, slot, 0)
-    group = row * gl.num_programs(1) + pid_h
+    group = row * n_hb + pid_h
     base = (group * N_SPLIT + pid_s) * 16
     kb = (gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),
           gl.allocate_shared_memory(gl.bfloat16, [1, 64, 128], k_l),

@@ -643,6 +643,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
         # registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
         opts = dict(num_warps=cfg.num_warps, **({"maxnreg": 128} if cfg.num_warps == 8 else {}))
+        if cfg.long_first:  # splits slowest: all rows' long splits start first
+            grid = (n_hb, t, cfg.n_split)
         _wgmma_attn_kernel[grid](
             q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
             n_heads, window_cache.shape[0], window_cache.shape[1],
@@ -650,7 +652,7 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
             block_table.shape[1] if has_sel else 0, k_sel, softmax_scale * LOG2E,
             WINDOW=window, D=d, PAGE=compressed.shape[1] if has_sel else 1,
             W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
-            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait,
+            N_SPLIT=cfg.n_split, HAS_SEL=has_sel, PDL=pdl, WAIT=wait, LONG_FIRST=cfg.long_first,
             **opts, **({"launch_pdl": True} if wait else {}))
     else:
         _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, comp, bt,

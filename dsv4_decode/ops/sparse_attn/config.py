@@ -66,6 +66,10 @@ class SparseAttnConfig:
     # two CTAs share a SM); needs block_h 16, block_n 64, D 512, 4 or 8 warps, several splits,
     # fp32 partials and the merge kernel (``wgmma_config`` builds one)
     wgmma: bool = False
+    # wgmma kernel only: CTAs launched split by split over all rows, the splits with more steps
+    # first (the index list's at the production shapes), not each row's splits one after the
+    # other, so the long splits do not start in the last wave (``_gluon._cta_row``)
+    long_first: bool = False
 
     @property
     def n_split(self) -> int:
@@ -121,7 +125,7 @@ class SparseAttnConfig:
     def wgmma_problem(self, head_dim: int) -> str | None:
         """Why this ``wgmma`` config cannot run at ``head_dim`` (None: it can, or not wgmma)."""
         if not self.wgmma:
-            return None
+            return "long_first: needs the wgmma kernel" if self.long_first else None
         if self.num_warps not in (4, 8):
             return f"wgmma: needs 4 or 8 warps, got {self.num_warps}"
         if head_dim != 512:
@@ -166,7 +170,7 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int =
     groups = rows * -(-heads // 16)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     if 4 * groups * one.n_split <= 3 * sm_count:
-        return replace(one, wgmma=True, pdl=True, pdl_entry=True)
+        return replace(one, wgmma=True, pdl=True, pdl_entry=True, long_first=True)
     return replace(_wgmma_rule(rows, heads, window, n_sel, sm_count), num_warps=4)
 
 
@@ -184,7 +188,7 @@ def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int,
     sweep kept it (8 x 6 x 16, 32 x 6 x 16)."""
     groups = rows * -(-heads // 16)
     slots = sm_count * 2
-    flags = dict(wgmma=True, pdl=True, pdl_entry=True)
+    flags = dict(wgmma=True, pdl=True, pdl_entry=True, long_first=True)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     if groups * one.n_split <= slots:
         return replace(one, **flags)
