@@ -170,7 +170,7 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int =
     groups = rows * -(-heads // 16)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     if 4 * groups * one.n_split <= 3 * sm_count:
-        return replace(one, wgmma=True, pdl=True, pdl_entry=True, long_first=True)
+        return replace(one, wgmma=True, pdl=True, pdl_entry=True)
     return replace(_wgmma_rule(rows, heads, window, n_sel, sm_count), num_warps=4)
 
 
@@ -185,10 +185,13 @@ def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int,
     16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57 against
     69.61; at 8 x 6 x 16 (1.8 waves) 28.90 against 23.78, and one-step splits 29.50); never
     fewer than two splits (there is no in-place finalisation on that path). Session 13's
-    sweep kept it (8 x 6 x 16, 32 x 6 x 16)."""
+    sweep kept it (8 x 6 x 16, 32 x 6 x 16). ``long_first`` where the two kinds' splits differ
+    in steps (session 14, run 1, same process against each row's splits launched together:
+    32 x 6 x 16 47.1 -> 37.6 us, 8 x 6 x 64 45.7 -> 36.2, 16 x 6 x 64 80.3 -> 70.1, 32 x 6 x
+    64 151.0 -> 141.7; where the steps are equal it moved -0.4 to +3.5 %, so not there)."""
     groups = rows * -(-heads // 16)
     slots = sm_count * 2
-    flags = dict(wgmma=True, pdl=True, pdl_entry=True, long_first=True)
+    flags = dict(wgmma=True, pdl=True, pdl_entry=True)
     one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
     if groups * one.n_split <= slots:
         return replace(one, **flags)
@@ -199,7 +202,7 @@ def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int,
                                           n_sel, num_warps=8)
     if cfg.n_split < 2:
         cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    return replace(cfg, **flags)
+    return replace(cfg, long_first=cfg.w_steps != cfg.c_steps, **flags)
 
 
 def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
