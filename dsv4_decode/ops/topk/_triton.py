@@ -540,6 +540,8 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
 LIST_REGION = 2048
+# Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
+WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = True) -> None:
@@ -572,7 +574,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
-        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=4, **spans, **common, **dep)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=WARPS["group_max"], **spans, **common, **dep)
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
@@ -580,15 +582,16 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
             ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
-            num_warps=8, **spans, **common, **dep)
+            num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=4, **regions, **common, **dep)
+        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"], **regions,
+        **common, **dep)
     _select_kernel[(rows,)](
         x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
-        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, num_warps=8, **regions,
-        **dep)
+        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
+        num_warps=WARPS["select"], **regions, **dep)
