@@ -229,13 +229,12 @@ def test_folded_spans(log_r, device, monkeypatch):
     assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, 16, 8))
 
 
-def test_fused_threshold_matches_unfused(device, monkeypatch):
+def test_fused_threshold_matches_unfused(device):
     """The threshold computed by the last group-maxima program (ticket) equals the separate
     threshold kernel's, the ticket is re-armed to 0, and both paths give the twin's answer
     (a stale threshold would not show in the answer alone: the exact fallback hides it)."""
     from dsv4_decode.ops.topk import _triton
 
-    monkeypatch.setattr(_triton, "THR_IN_COLLECT", 0)  # the threshold kernel, not the collect
     gen = torch.Generator().manual_seed(9)
     x = make_logits("random", 5, 12000, gen)
     lens = make_lengths("edges", 5, 12000, 64, gen)
@@ -255,35 +254,6 @@ def test_fused_threshold_matches_unfused(device, monkeypatch):
     assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
     assert int(res[0][0].min()) >= 1 and int(res[0][1].max()) <= make_topk_workspace(
         1, 64, "cpu").cfg.small
-
-
-def test_threshold_in_collect(device, monkeypatch):
-    """Small grids at k <= 512 (``THR_IN_COLLECT``): no threshold launch, every collect
-    program computes T0 and pass 1 resets the counter. Same answers and candidate counts as
-    the threshold kernel's path, over two calls on one workspace (a counter not reset would
-    show in the second), with a garbage counter before the first; the threshold buffer is
-    never written (so the threshold kernel did not run)."""
-    from dsv4_decode.ops.topk import _triton
-
-    gen = torch.Generator().manual_seed(21)
-    x = make_logits("random", 4, 9000, gen)
-    lens = make_lengths("edges", 4, 9000, 64, gen)
-    xd, nd = make_padded(x.to(device)), lens.to(device)
-    want = decode_topk_ref(x, lens, 64)
-    counts = []
-    for limit in (1 << 20, 0):
-        monkeypatch.setattr(_triton, "THR_IN_COLLECT", limit)
-        ws = make_topk_workspace(4, 64, device)
-        ws.thr.fill_(-3)
-        ws.cnt.fill_(12345)
-        out = torch.full((4, 64), -7, dtype=torch.int32, device=device)
-        for _ in range(2):
-            _triton.launch(xd.view(torch.int16), nd, out, ws, ws.cfg, 64)
-            assert torch.equal(out.cpu(), want)
-        assert (int(ws.thr.min()) == -3) == (limit > 0)
-        counts.append(ws.cnt.cpu())
-    assert torch.equal(counts[0], counts[1])
-    assert int(counts[0].max()) <= make_topk_workspace(1, 64, "cpu").cfg.small
 
 
 def test_workspace_reuse_new_inputs(device):
@@ -501,11 +471,10 @@ def test_gpu_pdl_inputs_written_in_graph(mode):
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [16, 512])  # fused only for k <= 512 (_triton.launch)
 @pytest.mark.parametrize("rows,cols", [(1, 1048576), (6, 65536), (24, 65536), (3, 262144)])
-def test_gpu_fused_threshold(rows, cols, k, monkeypatch):
+def test_gpu_fused_threshold(rows, cols, k):
     """On real hardware (concurrent CTAs, the ticket's memory ordering): the fused threshold
     equals the separate kernel's, the candidate counts agree, the tickets are re-armed, and
-    both answers equal the twin's; 20 calls back to back. Then the same with T0 computed in
-    every collect program (``THR_IN_COLLECT``): same counts and answers."""
+    both answers equal the twin's; 20 calls back to back."""
     from dsv4_decode.ops.topk import _triton
 
     gen = torch.Generator().manual_seed(rows * cols + k)
@@ -513,8 +482,7 @@ def test_gpu_fused_threshold(rows, cols, k, monkeypatch):
     lens = make_lengths("edges", rows, cols, k, gen).cuda()
     want = decode_topk_ref(x, lens, k)
     res = []
-    for fuse, limit in ((True, 0), (False, 0), (False, 1 << 30)):
-        monkeypatch.setattr(_triton, "THR_IN_COLLECT", limit)
+    for fuse in (True, False):
         ws = make_topk_workspace(rows, k, "cuda")
         out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
         for _ in range(20):
@@ -524,7 +492,6 @@ def test_gpu_fused_threshold(rows, cols, k, monkeypatch):
         assert int(ws.tick.abs().sum()) == 0
         res.append((ws.thr.clone(), ws.cnt.clone()))
     assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
-    assert torch.equal(res[1][1], res[2][1])
 
 
 GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (64, 65536), (64, 1048576), (3, 1),
@@ -595,17 +562,14 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r)
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}"] = build(
             K._group_max_kernel, dict(UNROLL=min(1 << log_r, 2), SEGS=log_r > 0, FUSE=fuse,
-                                      RESET=log_r == 0 and not fuse, **spans, **common),
+                                      **spans, **common),
             4)
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
     out[f"threshold-k{k}"] = build(K._threshold_kernel, dict(
         RS=K.LIST_REGION, LIST=1, **spans, **common), 8)
-    # plain launches: T0 loaded first; THR: T0 computed by every program (small grids)
-    for lst, pdl, thr in ((0, True, False), (1, True, False), (0, False, False),
-                          (0, True, True)):
-        out[f"collect-k{k}-list{lst}-pdl{pdl}-thr{thr}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, THR=thr, LMAX=c.lmax,
-            TARGET=c.target, GROUPS=c.groups, **common), 4, pdl)
+    for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
+        out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
+            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, **common), 4, pdl)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
         NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8), 8)
 from dsv4_decode.ops.topk import _radix as RX

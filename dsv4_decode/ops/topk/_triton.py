@@ -242,21 +242,16 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, UNROLL: tl.constexpr,
                       NSEG: tl.constexpr, SEGS: tl.constexpr, FUSE: tl.constexpr,
-                      RESET: tl.constexpr, PDL: tl.constexpr):
+                      PDL: tl.constexpr):
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
     # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
     # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
     # CHUNK), so the level reduction runs once per R chunks. FUSE: the row's last program to
     # finish (an atomic ticket) computes the threshold, saving the separate threshold launch.
-    # RESET (the collect computes T0 itself: no threshold launch): program 0 zeroes the row's
-    # candidate counter (the previous call's select, its last reader, is over).
     if PDL:  # the logits and lengths are the previous kernel's; the workspace its last reader's
         _pdl_enter()
     row = tl.program_id(0)
     p = tl.program_id(1)
-    if RESET:
-        if p == 0:
-            tl.store(cnt_ptr + row, 0)
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     s = _level(len_e, TARGET, LMAX)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
@@ -342,11 +337,10 @@ def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
 
 @triton.jit
 def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kbuf_ptr,
-                    pbuf_ptr, cc_ptr, gmax_ptr, stride_x, stride_s, stride_r, stride_b,
-                    stride_cc, stride_g, cols, n_reg, K, CHUNK: tl.constexpr,
-                    NSEG: tl.constexpr, CAP: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr,
-                    RS: tl.constexpr, NR: tl.constexpr, THR: tl.constexpr, LMAX: tl.constexpr,
-                    TARGET: tl.constexpr, GROUPS: tl.constexpr, PDL: tl.constexpr):
+                    pbuf_ptr, cc_ptr, stride_x, stride_s, stride_r, stride_b, stride_cc, cols,
+                    n_reg, CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
+                    LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
+                    PDL: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
     # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
     # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
@@ -360,8 +354,6 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     #   runs.
     # PDL: the logits and lengths (written before the first kernel's wait) are read before
     # this kernel's wait, on small grids while the threshold still runs; T0 and the rest after.
-    # THR (small grids, no threshold launch): every program computes T0 from the row's group
-    # maxima itself (the same ``_row_threshold``, so the same value in each).
     SEG: tl.constexpr = CHUNK // NSEG
     if PDL:
         gdc_launch_dependents()
@@ -398,17 +390,13 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
         # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
         # rows x 64K). It loads before the length and T0 arrive (masked by the width only), so
         # the three loads are in flight together.
-        if (not PDL) and (not THR):
+        if not PDL:
             t0 = tl.load(thr_ptr + row)
         e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
         u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0).to(tl.int32) & 0xFFFF
         key1 = tl.where(e < len_e, _key1(u), 0)
         if PDL:
             gdc_wait()
-        if THR:
-            t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK, LMAX,
-                                TARGET, GROUPS, 1, 0)
-        elif PDL:
             t0 = tl.load(thr_ptr + row)
         if p * CHUNK < len_e:
             _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
@@ -552,10 +540,6 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
 LIST_REGION = 2048
-# Small grids of at most this many collect programs (rows x chunks) skip the threshold launch
-# at k <= 512: each collect program computes T0 itself (``THR``; at k = 2048 the group maxima
-# tile is 8,192 wide). Not yet measured (session 14).
-THR_IN_COLLECT = 256
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
 
@@ -585,30 +569,26 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     pdl = pdl and pdl_capable(x16.device)
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
-    # three launches: T0 in every collect program, the counter reset in pass 1
-    thr = not lst and not fuse and k <= 512 and rows * n_chunks <= THR_IN_COLLECT
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
-        NSEG=NSEG, SEGS=lst, FUSE=fuse, RESET=thr, num_warps=WARPS["group_max"], **spans,
-        **common, **dep)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=WARPS["group_max"], **spans, **common, **dep)
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
-    if not fuse and not thr:
+    if not fuse:
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
             ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
-        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc, ws.gmax,
+        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
-        stride_cc=ws.cc.stride(0), stride_g=ws.gmax.stride(0), cols=cols, K=k, NSEG=NSEG,
-        CAP=cfg.cap, LIST=lst, P=LIST_PROGRAMS if lst else n_chunks, RS=rs, THR=thr,
-        LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, num_warps=WARPS["collect"],
-        **regions, **common, **dep)
+        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
+        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"], **regions,
+        **common, **dep)
     _select_kernel[(rows,)](
         x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
