@@ -1,6 +1,7 @@
 """Probe: sparse_attn configs or kernels per cell, same inputs, one process (one Hopper GPU).
 
-    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--warps] [--kernels OLD.py[,..]]
+    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--warps | --splits W/C,...]
+        [--kernels OLD.py[,..]]
 
 For each cell (default: the benchmark's 24) it times each config of ``variants``, twice,
 alternated (CUDA graph of 20 calls, median of 20 replays, as the benchmark), and checks each
@@ -8,7 +9,8 @@ against the first (bitwise where the splits are the same, else the largest diffe
 to the output's largest value). Variants: the default (``wgmma_config``) and the same config
 with each row's splits launched one after the other (``long_first=False``); ``--warps``: the
 wgmma kernel's split rule at 8 and at 4 warps throughout (``wgmma_config(..., num_warps=)``)
-and the default. Prints one line a cell. No CSV.
+and the default; ``--splits 2/2,1/4``: the default, then 4-warp configs of W window and C
+index-list steps a split (``long_first`` where W != C). Prints one line a cell. No CSV.
 
 ``--kernels``: instead, the default config run by this tree's wgmma kernel and by each given
 copy of ``_gluon.py`` (e.g. ``git show REV:dsv4_decode/ops/sparse_attn/_gluon.py > old.py``;
@@ -25,14 +27,29 @@ import torch
 
 from dsv4_decode.bench import sparse_attn as SB
 from dsv4_decode.bench.timing import graph_time_us
+from dsv4_decode.ops.sparse_attn import (
+    SparseAttnConfig,
+    make_workspace,
+    sparse_attn,
+    wgmma_config,
+)
 from dsv4_decode.ops.sparse_attn import _triton as launcher
-from dsv4_decode.ops.sparse_attn import make_workspace, sparse_attn, wgmma_config
 
 CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
 
 
-def variants(rows, heads, warps=False):
+def split_config(w_steps, c_steps):
+    """The wgmma kernel at 4 warps with w_steps / c_steps steps a window / index-list split."""
+    w_units, c_units = -(-SB.WINDOW // 64), -(-SB.SELECTED // 64)
+    return SparseAttnConfig(16, 64, w_steps, -(-w_units // w_steps), c_steps,
+                            -(-c_units // c_steps), num_warps=4, wgmma=True, pdl=True,
+                            pdl_entry=True, long_first=w_steps != c_steps)
+
+
+def variants(rows, heads, warps=False, splits=()):
     default = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)
+    if splits:
+        return {"default": default} | {f"{w}/{c}": split_config(w, c) for w, c in splits}
     if not warps:
         return {"default": default, "interleaved": replace(default, long_first=False)}
     return {"w8": wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED, num_warps=8),
@@ -52,13 +69,13 @@ def load_kernel(path):
     return name, mod._wgmma_attn_kernel
 
 
-def cell(requests, q_len, heads, warps=False) -> None:
+def cell(requests, q_len, heads, warps=False, splits=()) -> None:
     inp = SB.Inputs(requests, q_len, heads, SB.SELECTED, SB.CALLS)
     if KERNELS:
         names = tuple(KERNELS)
         cfgs = (wgmma_config(inp.rows, heads, SB.WINDOW, SB.SELECTED),) * len(names)
     else:
-        names, cfgs = zip(*variants(inp.rows, heads, warps).items(), strict=True)
+        names, cfgs = zip(*variants(inp.rows, heads, warps, splits).items(), strict=True)
     kernels = [KERNELS.get(n, launcher._wgmma_attn_kernel) for n in names]
     wss = [make_workspace(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED, "cuda", c)
            for c in cfgs]
@@ -101,10 +118,15 @@ def main(argv) -> None:
         KERNELS["tree"] = launcher._wgmma_attn_kernel
         KERNELS.update(load_kernel(p) for p in argv[i + 1].split(","))
         argv = argv[:i] + argv[i + 2:]
+    splits = ()
+    if "--splits" in argv:
+        i = argv.index("--splits")
+        splits = [tuple(int(v) for v in s.split("/")) for s in argv[i + 1].split(",")]
+        argv = argv[:i] + argv[i + 2:]
     warps = "--warps" in argv
     cells = [tuple(int(x) for x in a.split("x")) for a in argv if a != "--warps"] or CELLS
     for c in cells:
-        cell(*c, warps=warps)
+        cell(*c, warps=warps, splits=splits)
 
 
 if __name__ == "__main__":
