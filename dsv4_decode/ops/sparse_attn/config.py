@@ -9,7 +9,9 @@ step ``block_n`` keys. The splits of one (row, head block) are merged by a secon
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 MAX_SPLITS = 8  # beyond this the merge (n_split partial [heads, D] reads) costs more than it saves
 # Registers decide how many CTAs share an SM: ptxas (sm_90a) gives every layout here 180-255
@@ -176,33 +178,61 @@ def wgmma_config(rows: int, heads: int, window: int, n_sel: int, sm_count: int =
 
 def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int,
                 sm_count: int) -> SparseAttnConfig:
-    """The wgmma kernel's split rule (8 warps; slots = 2 CTAs x SMs). Where one-step splits (one
-    per 64 keys) fit one wave, those (session 11, H200, same process: 1 x 6 x 16 8.58 us
-    against 11.85 for the rule below and 10.51 for the Triton one-step layout; 2 x 6 x 16
-    10.06 / 12.84 / 13.71; 1 x 1 x 16 8.41 / 11.56 / 10.23); else the ``_steps`` rule, then
-    twice the steps from two waves (a split's prologue (q, the index -> page chain, the first
-    copies) is not overlapped by another CTA on its SM, so fewer, longer splits pay: 32 x 6 x
-    16 68.73 against 71.48 us, 16 x 6 x 16 41.28 against 44.45, 8 x 6 x 64 67.57 against
-    69.61; at 8 x 6 x 16 (1.8 waves) 28.90 against 23.78, and one-step splits 29.50); never
-    fewer than two splits (there is no in-place finalisation on that path). Session 13's
-    sweep kept it (8 x 6 x 16, 32 x 6 x 16). ``long_first`` where the two kinds' splits differ
-    in steps (session 14, run 1, same process against each row's splits launched together:
-    32 x 6 x 16 47.1 -> 37.6 us, 8 x 6 x 64 45.7 -> 36.2, 16 x 6 x 64 80.3 -> 70.1, 32 x 6 x
-    64 151.0 -> 141.7; where the steps are equal it moved -0.4 to +3.5 %, so not there)."""
-    groups = rows * -(-heads // 16)
-    slots = sm_count * 2
-    flags = dict(wgmma=True, pdl=True, pdl_entry=True)
-    one = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    if groups * one.n_split <= slots:
-        return replace(one, **flags)
-    steps = _steps(rows, heads, 16, 64, window, n_sel, slots)
-    cfg = SparseAttnConfig.with_steps(16, 64, steps, window, n_sel, num_warps=8)
-    if groups * cfg.n_split >= 2 * slots:
-        cfg = SparseAttnConfig.with_steps(16, 64, 2 * max(cfg.w_steps, cfg.c_steps), window,
-                                          n_sel, num_warps=8)
-    if cfg.n_split < 2:
-        cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    return replace(cfg, long_first=cfg.w_steps != cfg.c_steps, **flags)
+    """The wgmma kernel's split rule (8 warps; the caller may change them): the window and
+    index-list steps a split that ``_split_schedule`` picks for ``rows x head blocks`` groups
+    on two CTAs a SM, ``long_first`` where the two kinds' splits differ in steps. Never fewer
+    than two splits (there is no in-place finalisation on that path)."""
+    w_steps, c_steps = _split_schedule(rows * -(-heads // 16), -(-window // 64),
+                                       -(-n_sel // 64), 2 * sm_count)
+    cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
+    cfg = replace(cfg, w_steps=w_steps, n_wsplit=-(-cfg.n_wsplit // w_steps),
+                  c_steps=c_steps, n_csplit=-(-cfg.n_csplit // c_steps) if c_steps else 0)
+    return replace(cfg, wgmma=True, pdl=True, pdl_entry=True,
+                   long_first=c_steps > 0 and w_steps != c_steps)
+
+
+SPLIT_COST = 0.5  # a split's fixed cost in steps (``_split_schedule``)
+
+
+@lru_cache(maxsize=256)
+def _split_schedule(groups: int, w_units: int, c_units: int, slots: int) -> tuple[int, int]:
+    """(window, index-list) steps a split for ``groups`` (row, head block) groups of
+    ``w_units`` window and ``c_units`` index-list steps, on ``slots`` CTA slots: the pair whose
+    schedule ends first. The model: a CTA costs its steps + ``SPLIT_COST`` (the index -> page
+    -> record chain before its first step, the partial store); CTAs take the first free slot
+    in launch order (all groups' longest splits first where the kinds differ in steps, else
+    each group's splits together, as ``long_first`` launches them); ties to the smaller sum of
+    CTA costs, then to fewer splits.
+
+    Measured on the H200 (session 14, run 5, ``scripts/sparse_ab.py --splits``, same process,
+    µs), the pair it picks in bold: 48 groups (8 x 6 x 16) **2/2** 15.55, 1/4 19.3, 2/8 32.1;
+    64 (16 x 1 x 64) **2/3** 18.9, 2/2 24.9, 1/4 21.8; 96 (16 x 6 x 16) **1/4** 23.7, 2/2
+    (the previous rule's) 27.1, 2/4 24.6; 96 (4 x 6 x 64) **1/4** 22.9 against 25.9; 128
+    (32 x 1 x 64) **1/4** 30.1, 2/3 (previous) 33.2; 192 (32 x 6 x 16) **2/8** 37.5, 1/8
+    40.6, 2/4 44.7; 384 (16 x 6 x 64) **2/8** 70.3, 1/8 79.1. Where every split is one step
+    and they all fit the slots, one-step splits (session 11: 1 x 6 x 16 8.58 us against 11.85
+    for longer splits)."""
+    best = None
+    for w in range(1, w_units + 1):
+        for c in range(1, c_units + 1) if c_units else (0,):
+            n_w = -(-w_units // w)
+            n_c = -(-c_units // c) if c else 0
+            if n_w + n_c < 2:
+                continue
+            splits = [min(w, w_units - i * w) for i in range(n_w)] + \
+                     [min(c, c_units - i * c) for i in range(n_c)]
+            if w != c:  # split by split over all groups, the longest first
+                costs = [t + SPLIT_COST for t in sorted(splits, reverse=True)
+                         for _ in range(groups)]
+            else:
+                costs = [t + SPLIT_COST for _ in range(groups) for t in splits]
+            free = [0.0] * min(slots, len(costs))
+            for t in costs:
+                heapq.heapreplace(free, free[0] + t)
+            key = (max(free), sum(costs), n_w + n_c)
+            if best is None or key < best[0]:
+                best = (key, (w, c))
+    return best[1]
 
 
 def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
