@@ -202,22 +202,29 @@ def _split_schedule(groups: int, w_units: int, c_units: int, slots: int) -> tupl
     -> record chain before its first step, the partial store); CTAs take the first free slot
     in launch order (all groups' longest splits first where the kinds differ in steps, else
     each group's splits together, as ``long_first`` launches them); ties to the smaller sum of
-    CTA costs, then to fewer splits.
+    CTA costs, then to fewer splits, then to shorter window splits. Only pairs whose last
+    split of each kind is at most one step short of the others: the model prices a short
+    straggler like any CTA, and picked 2/5 (splits 5 + 3) at 128 groups, measured 35.9 us
+    against 29.6 for 1/4 (run 6); 1/4 and 2/3 then tie, and 1/4 was the faster (32.8 for 2/3).
 
     Measured on the H200 (session 14, run 5, ``scripts/sparse_ab.py --splits``, same process,
     µs), the pair it picks in bold: 48 groups (8 x 6 x 16) **2/2** 15.55, 1/4 19.3, 2/8 32.1;
     64 (16 x 1 x 64) **2/3** 18.9, 2/2 24.9, 1/4 21.8; 96 (16 x 6 x 16) **1/4** 23.7, 2/2
     (the previous rule's) 27.1, 2/4 24.6; 96 (4 x 6 x 64) **1/4** 22.9 against 25.9; 128
     (32 x 1 x 64) **1/4** 30.1, 2/3 (previous) 33.2; 192 (32 x 6 x 16) **2/8** 37.5, 1/8
-    40.6, 2/4 44.7; 384 (16 x 6 x 64) **2/8** 70.3, 1/8 79.1. Where every split is one step
-    and they all fit the slots, one-step splits (session 11: 1 x 6 x 16 8.58 us against 11.85
-    for longer splits)."""
+    40.6, 2/4 44.7; 384 (16 x 6 x 64) **2/8** 70.3, 1/8 79.1. Run 6 (all 24 cells against
+    2/2, 2/3, 1/4, 2/5, 2/8): the same best pairs, and 2/5 at 128 groups 35.9 (1/4 29.6, 2/3
+    32.8). Where every split is one step and they all fit the slots, one-step splits (session
+    11: 1 x 6 x 16 8.58 us against 11.85 for longer splits)."""
     best = None
     for w in range(1, w_units + 1):
         for c in range(1, c_units + 1) if c_units else (0,):
             n_w = -(-w_units // w)
             n_c = -(-c_units // c) if c else 0
             if n_w + n_c < 2:
+                continue
+            w_last, c_last = w_units - (n_w - 1) * w, c_units - (n_c - 1) * c if c else 0
+            if w - w_last > 1 or c - c_last > 1:  # a kind's last split a short straggler
                 continue
             splits = [min(w, w_units - i * w) for i in range(n_w)] + \
                      [min(c, c_units - i * c) for i in range(n_c)]
@@ -229,7 +236,7 @@ def _split_schedule(groups: int, w_units: int, c_units: int, slots: int) -> tupl
             free = [0.0] * min(slots, len(costs))
             for t in costs:
                 heapq.heapreplace(free, free[0] + t)
-            key = (max(free), sum(costs), n_w + n_c)
+            key = (max(free), sum(costs), n_w + n_c, w)
             if best is None or key < best[0]:
                 best = (key, (w, c))
     return best[1]
