@@ -374,6 +374,26 @@ def test_wgmma_config_warps():
         wgmma_config(48, 16, 128, 512, num_warps=2)
 
 
+# the fastest (window / index-list steps a split) of session 14's run 6 (H200, every benchmark
+# cell against 2/2, 2/3, 1/4, 2/5 and 2/8) by (row, head block) groups; 16 x 1 x 16 (16
+# groups: one-step splits 11.44 us, 2/2 11.26) is left out
+MEASURED_SPLITS = {24: (1, 1), 32: (2, 2), 48: (2, 2), 64: (2, 3), 96: (1, 4), 128: (1, 4),
+                   192: (2, 8), 384: (2, 8), 768: (2, 8)}
+
+
+def test_wgmma_split_rule_picks_the_measured_best():
+    """``_split_schedule`` (the wgmma split rule's schedule model) picks run 6's fastest pair
+    at every group count of the benchmark, long-first where the two kinds' steps differ, and
+    each config covers the window and the index list exactly."""
+    for groups, (w, c) in MEASURED_SPLITS.items():
+        for rows, heads in ((groups, 16), (groups // 4, 64)):
+            cfg = wgmma_config(rows, heads, 128, 512)
+            assert (cfg.w_steps, cfg.c_steps) == (w, c), (rows, heads, cfg)
+            assert cfg.long_first == (w != c) and cfg.check(128, 512), cfg
+    cfg = wgmma_config(192, 16, 128, 0)  # window only: two one-step splits
+    assert (cfg.w_steps, cfg.n_split, cfg.long_first) == (1, 2, False), cfg
+
+
 def test_wgmma_needs_hopper(device):
     """The wgmma config is refused, with a clear error, off a Hopper GPU (the CPU here)."""
     if device.type == "cuda":
