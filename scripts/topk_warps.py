@@ -1,11 +1,7 @@
-"""Probe: plain mode's four kernels at other warp counts (``_triton.WARPS``), and the
-threshold's and the select's k-th largest by a bitwise search instead of a histogram
-(``_triton.KTH_HIST``), each variant timed twice, alternated, in one process (the bench's
-method: CUDA graph of 20 calls, median of 20 replays, µs, k = 512); every answer checked
-against the default's. ``PYTHONPATH=. python3 scripts/topk_warps.py [--warps]``: by default
-the search variants, ``--warps`` session 14 run 3's warp counts."""
-
-import sys
+"""Probe: plain mode's four kernels at other warp counts (``_triton.WARPS``), each variant
+timed twice, alternated, in one process (the bench's method: CUDA graph of 20 calls, median of
+20 replays, µs, k = 512); every answer checked against the default's.
+``PYTHONPATH=. python3 scripts/topk_warps.py``"""
 
 import torch
 
@@ -18,19 +14,10 @@ CELLS = [(1, 65536, "all"), (1, 65536, "1/8"), (6, 65536, "all"), (12, 65536, "a
          (1, 262144, "1/8"), (1, 524288, "1/8"), (1, 1048576, "1/8"), (6, 1048576, "all"),
          (12, 1048576, "all"), (48, 1048576, "1/8")]
 K = 512
-BASE, BASE_HIST = dict(_triton.WARPS), dict(_triton.KTH_HIST)
-WARP_VARIANTS = {"default": {}, "select4": {"select": 4}, "select16": {"select": 16},
-                 "thr4": {"threshold": 4}, "thr16": {"threshold": 16},
-                 "collect8": {"collect": 8}, "gmax8": {"group_max": 8}}
-# (warps, search) overrides: "select" / "threshold" warps, "*_hist" False = bitwise search
-SEARCH_VARIANTS = {"default": {}, "sel1s": {"select": 1, "select_hist": False},
-                   "sel2s": {"select": 2, "select_hist": False}, "sel2h": {"select": 2},
-                   "sel8s": {"select_hist": False},
-                   "thr2s": {"threshold": 2, "threshold_hist": False},
-                   "thr8s": {"threshold_hist": False},
-                   "both2s": {"select": 2, "select_hist": False, "threshold": 2,
-                              "threshold_hist": False}}
-VARIANTS = SEARCH_VARIANTS
+BASE = dict(_triton.WARPS)
+VARIANTS = {"default": {}, "select4": {"select": 4}, "select16": {"select": 16},
+            "thr4": {"threshold": 4}, "thr16": {"threshold": 16}, "collect8": {"collect": 8},
+            "gmax8": {"group_max": 8}}
 
 
 def run(rows, cols, valid) -> str:
@@ -39,10 +26,7 @@ def run(rows, cols, valid) -> str:
     out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
     times, want, diff = {}, None, []
     for name in list(VARIANTS) * 2:
-        v = VARIANTS[name]
-        _triton.WARPS.update(BASE, **{k: w for k, w in v.items() if not k.endswith("_hist")})
-        _triton.KTH_HIST.update(BASE_HIST, **{k[:-5]: h for k, h in v.items()
-                                              if k.endswith("_hist")})
+        _triton.WARPS.update(BASE, **VARIANTS[name])
         try:
             us = T._timed(lambda x: _triton.launch(x.view(torch.int16), lens, out, ws, ws.cfg,
                                                    K), xs)
@@ -50,7 +34,6 @@ def run(rows, cols, valid) -> str:
             got = out.clone()
         finally:
             _triton.WARPS.update(BASE)
-            _triton.KTH_HIST.update(BASE_HIST)
         want = got if want is None else want
         if not torch.equal(got, want):
             diff.append(name)
@@ -60,8 +43,6 @@ def run(rows, cols, valid) -> str:
 
 
 if __name__ == "__main__":
-    if "--warps" in sys.argv[1:]:
-        VARIANTS = WARP_VARIANTS
     print(torch.cuda.get_device_name(), flush=True)
     for cell in CELLS:
         print(run(*cell), flush=True)

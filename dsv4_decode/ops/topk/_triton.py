@@ -129,17 +129,17 @@ def _kth_largest(v, m, K, HIST: tl.constexpr):
 
 
 @triton.jit
-def _kth_group_max(g_row, n, K, SIZE: tl.constexpr, HIST: tl.constexpr):
+def _kth_group_max(g_row, n, K, SIZE: tl.constexpr):
     i = tl.arange(0, SIZE)
     # .cg: in the fused path these maxima were just written by other CTAs (read from L2)
     g = tl.load(g_row + i, mask=i < n, other=0, cache_modifier=".cg")
-    return _kth_largest(g, g > 0, K, HIST and SIZE <= 4096)
+    return _kth_largest(g, g > 0, K, SIZE <= 4096)
 
 
 @triton.jit
 def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.constexpr,
                    LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
-                   R: tl.constexpr, LOG_R: tl.constexpr, HIST: tl.constexpr = True):
+                   R: tl.constexpr, LOG_R: tl.constexpr):
     """T0 of one row = the K-th largest of its group maxima (1 = every valid element a
     candidate when fewer than K groups are valid)."""
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
@@ -152,11 +152,11 @@ def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.cons
     # The smallest tile that holds the row's groups (typically T..2T = GROUPS / 4 .. / 2): the
     # selection costs per tile slot, masked or not.
     if n_groups <= GROUPS // 4:
-        t = _kth_group_max(g_row, n_groups, K, GROUPS // 4, HIST)
+        t = _kth_group_max(g_row, n_groups, K, GROUPS // 4)
     elif n_groups <= GROUPS // 2:
-        t = _kth_group_max(g_row, n_groups, K, GROUPS // 2, HIST)
+        t = _kth_group_max(g_row, n_groups, K, GROUPS // 2)
     else:
-        t = _kth_group_max(g_row, n_groups, K, GROUPS, HIST)
+        t = _kth_group_max(g_row, n_groups, K, GROUPS)
     return tl.maximum(t, 1)
 
 
@@ -294,8 +294,7 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
                       stride_g, stride_s, stride_r, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, NSEG: tl.constexpr,
-                      RS: tl.constexpr, LIST: tl.constexpr, HIST: tl.constexpr,
-                      PDL: tl.constexpr):
+                      RS: tl.constexpr, LIST: tl.constexpr, PDL: tl.constexpr):
     """Grid (rows, regions): T0 of row ``program_id(0)`` (every program whose region holds
     segments of the row computes it; region 0 stores it and resets the candidate counter).
     LIST: program c also lists, ascending, the segments of its region [c * RS, (c + 1) * RS)
@@ -311,7 +310,7 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
     n_seg = (len_e + SEG - 1) // SEG
     if (c == 0) | (LIST & (c * RS < n_seg)):  # regions past the length skip T0 too
         t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK, LMAX, TARGET,
-                            GROUPS, R, LOG_R, HIST)
+                            GROUPS, R, LOG_R)
         if c == 0:
             tl.store(thr_ptr + row, t0)
             tl.store(cnt_ptr + row, 0)
@@ -431,7 +430,7 @@ def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.const
 
 
 @triton.jit
-def _select_tile(packed, pk, m, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr, HIST: tl.constexpr):
+def _select_tile(packed, pk, m, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
     """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries, ``m``: the
     live ones; ``cc``: candidates per span), written in ascending index order.
 
@@ -444,7 +443,7 @@ def _select_tile(packed, pk, m, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr, HIST: 
     i = tl.arange(0, SIZE)
     key1 = packed & RANK_MASK
     idx = pk & COL_MASK
-    tau = _kth_largest(key1, m, K, HIST and SIZE <= 4096)  # 0 when n < K: all are kept
+    tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     pre = tl.cumsum(cc, axis=0) - cc
@@ -503,7 +502,7 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
                    out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
                    n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
                    NR: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
-                   SCAN: tl.constexpr, HIST: tl.constexpr, PDL: tl.constexpr):
+                   SCAN: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         _pdl_enter()
     row = tl.program_id(0)
@@ -523,13 +522,13 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     packed = tl.load(kbuf_ptr + b_off + i)
     pk = tl.load(pbuf_ptr + b_off + i)
     if n <= SMALL:
-        _select_tile(packed, pk, i < n, cc, sc_ptr + b_off, o_ptr, K, SMALL, HIST)
+        _select_tile(packed, pk, i < n, cc, sc_ptr + b_off, o_ptr, K, SMALL)
     elif n <= CAP:
         c = tl.arange(0, CAP)
         m = c < n
         _select_tile(tl.load(kbuf_ptr + b_off + c, mask=m, other=0),
                      tl.load(pbuf_ptr + b_off + c, mask=m, other=0), m, cc, sc_ptr + b_off,
-                     o_ptr, K, CAP, HIST)
+                     o_ptr, K, CAP)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
@@ -541,11 +540,8 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
 LIST_REGION = 2048
-# Warps a CTA of each kernel, and whether the threshold and the select find their k-th largest
-# by a histogram (else a 17-step bitwise search; ``_kth_largest``): ``scripts/topk_warps.py``
-# times other choices in one process.
+# Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
-KTH_HIST = {"threshold": True, "select": True}
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = True) -> None:
@@ -586,7 +582,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
             ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
-            HIST=KTH_HIST["threshold"], num_warps=WARPS["threshold"], **spans, **common, **dep)
+            num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
@@ -597,5 +593,5 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
-        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, HIST=KTH_HIST["select"],
+        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
         num_warps=WARPS["select"], **regions, **dep)
