@@ -1,6 +1,6 @@
 """Probe: sparse_attn configs or kernels per cell, same inputs, one process (one Hopper GPU).
 
-    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--warps | --splits W/C,...]
+    PYTHONPATH=. python3 scripts/sparse_ab.py [RxQxH ...] [--warps | --triton | --splits W/C,..]
         [--kernels OLD.py[,..]]
 
 For each cell (default: the benchmark's 24) it times each config of ``variants``, twice,
@@ -10,7 +10,8 @@ to the output's largest value). Variants: the default (``wgmma_config``) and the
 with each row's splits launched one after the other (``long_first=False``); ``--warps``: the
 wgmma kernel's split rule at 8 and at 4 warps throughout (``wgmma_config(..., num_warps=)``)
 and the default; ``--splits 2/2,1/4``: the default, then 4-warp configs of W window and C
-index-list steps a split (``long_first`` where W != C). Prints one line a cell. No CSV.
+index-list steps a split (``long_first`` where W != C); ``--triton``: the Triton kernels'
+default with and without ``long_first``. Prints one line a cell. No CSV.
 
 ``--kernels``: instead, the default config run by this tree's wgmma kernel and by each given
 copy of ``_gluon.py`` (e.g. ``git show REV:dsv4_decode/ops/sparse_attn/_gluon.py > old.py``;
@@ -46,8 +47,11 @@ def split_config(w_steps, c_steps):
                             pdl_entry=True, long_first=w_steps != c_steps)
 
 
-def variants(rows, heads, warps=False, splits=()):
+def variants(rows, heads, warps=False, splits=(), triton=False):
     default = wgmma_config(rows, heads, SB.WINDOW, SB.SELECTED)
+    if triton:  # the Triton kernels' default, with and without long-first
+        tri = SB.triton_default(rows, heads)
+        return {"triton": tri, "triton_interleaved": replace(tri, long_first=False)}
     if splits:
         return {"default": default} | {f"{w}/{c}": split_config(w, c) for w, c in splits}
     if not warps:
@@ -69,13 +73,14 @@ def load_kernel(path):
     return name, mod._wgmma_attn_kernel
 
 
-def cell(requests, q_len, heads, warps=False, splits=()) -> None:
+def cell(requests, q_len, heads, warps=False, splits=(), triton=False) -> None:
     inp = SB.Inputs(requests, q_len, heads, SB.SELECTED, SB.CALLS)
     if KERNELS:
         names = tuple(KERNELS)
         cfgs = (wgmma_config(inp.rows, heads, SB.WINDOW, SB.SELECTED),) * len(names)
     else:
-        names, cfgs = zip(*variants(inp.rows, heads, warps, splits).items(), strict=True)
+        names, cfgs = zip(*variants(inp.rows, heads, warps, splits, triton).items(),
+                          strict=True)
     kernels = [KERNELS.get(n, launcher._wgmma_attn_kernel) for n in names]
     wss = [make_workspace(inp.rows, heads, SB.D, SB.WINDOW, SB.SELECTED, "cuda", c)
            for c in cfgs]
@@ -123,10 +128,11 @@ def main(argv) -> None:
         i = argv.index("--splits")
         splits = [tuple(int(v) for v in s.split("/")) for s in argv[i + 1].split(",")]
         argv = argv[:i] + argv[i + 2:]
-    warps = "--warps" in argv
-    cells = [tuple(int(x) for x in a.split("x")) for a in argv if a != "--warps"] or CELLS
+    warps, triton = "--warps" in argv, "--triton" in argv
+    cells = [tuple(int(x) for x in a.split("x")) for a in argv
+             if a not in ("--warps", "--triton")] or CELLS
     for c in cells:
-        cell(*c, warps=warps, splits=splits)
+        cell(*c, warps=warps, splits=splits, triton=triton)
 
 
 if __name__ == "__main__":

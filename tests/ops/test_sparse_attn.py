@@ -192,6 +192,20 @@ def test_split_and_merge_variants(variant, device):
     check(inp, config=cfg)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_long_first_launch_order(fused, device):
+    """``long_first`` (the splits slowest in the grid, the kind with more steps first): the
+    same partials and the same answer as each row's splits together, bitwise, with either
+    merge, at a split with window steps != index-list steps (window 1 split of 1 step, index
+    list 3 splits of 2 steps of 16 keys)."""
+    inp = Inputs(Case(3, 2, 32, 90, window=16, seed=4), device)
+    cfg = SparseAttnConfig(16, 16, 1, 1, 2, 3, num_warps=4, fused_merge=fused)
+    assert cfg.check(16, 90)
+    got = [check(inp, config=dataclasses.replace(cfg, long_first=lf)).clone()
+           for lf in (False, True)]
+    assert torch.equal(got[0], got[1])
+
+
 @pytest.mark.parametrize("partials", ["fp32", "bf16"])
 def test_production_dims(partials, device):
     """D 512 / rope 64 / window 128 (bf16 tiles of 32 x 512, FP4 and FP8 paths, 2 splits;
@@ -627,7 +641,8 @@ def main(name, cfg, n_sel, fused, pdl=False, **ptr):
                  W_STEPS=cfg.w_steps, N_WSPLIT=cfg.n_wsplit, C_STEPS=cfg.c_steps,
                  N_SPLIT=cfg.n_split, HAS_SEL=n_sel > 0, HAS_SINK=True, FUSED_MERGE=fused,
                  DIM_SPLIT=cfg.dim_split, PDL=pdl, NS=triton.next_power_of_2(cfg.n_split),
-                 FUSED_DM=K.FUSED_MERGE_DIMS, WAIT=True)  # pdl_entry: a dependent launch
+                 FUSED_DM=K.FUSED_MERGE_DIMS, WAIT=True,  # pdl_entry: a dependent launch
+                 LONG_FIRST=cfg.long_first)
     out[name] = build(K._sparse_attn_kernel, const, cfg.num_warps, **ptr)
 
 

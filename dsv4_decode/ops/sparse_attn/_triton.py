@@ -494,15 +494,24 @@ def _sparse_attn_kernel(
     N_WSPLIT: tl.constexpr, C_STEPS: tl.constexpr, N_SPLIT: tl.constexpr, HAS_SEL: tl.constexpr,
     HAS_SINK: tl.constexpr, FUSED_MERGE: tl.constexpr, DIM_SPLIT: tl.constexpr,
     PDL: tl.constexpr, NS: tl.constexpr, FUSED_DM: tl.constexpr, WAIT: tl.constexpr,
+    LONG_FIRST: tl.constexpr,
 ):
     if WAIT:  # launched as a programmatic dependent: every input is the kernels' before us
         gdc_wait()
     if PDL or WAIT:  # the next launch (the merge) may start once every CTA here has started
         gdc_launch_dependents()
-    pid_s = tl.program_id(0)
-    pid_h = tl.program_id(1)
-    row = tl.program_id(2)
-    n_hb = tl.num_programs(1)
+    if LONG_FIRST:  # grid (head blocks, rows, splits): the kind with more steps starts first
+        pid_h = tl.program_id(0)
+        row = tl.program_id(1)
+        pid_s = tl.program_id(2)
+        if C_STEPS >= W_STEPS:
+            pid_s = (pid_s + N_WSPLIT) % N_SPLIT
+        n_hb = tl.num_programs(0)
+    else:  # grid (splits, head blocks, rows)
+        pid_s = tl.program_id(0)
+        pid_h = tl.program_id(1)
+        row = tl.program_id(2)
+        n_hb = tl.num_programs(1)
     pos = tl.load(pos_ptr + row)
     slot = tl.load(slot_ptr + row)
     win_ok = (slot >= 0) & (slot < n_slots)
@@ -635,7 +644,8 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     idx = indices if has_sel else row_slots
     sink = sinks if sinks is not None else cos
     ws_acc, ws_m, ws_l, cnt = ws if ws is not None else (out, cos, cos, row_slots)
-    grid = (cfg.n_split, n_hb, t)
+    # long_first: splits slowest, so all rows' long splits start first
+    grid = (n_hb, t, cfg.n_split) if cfg.long_first else (cfg.n_split, n_hb, t)
     # programmatic dependent launches (sm_90+): the merge (``pdl``), the split kernel itself
     # (``pdl_entry``)
     pdl = cfg.pdl and cfg.n_split > 1 and not cfg.fused_merge and pdl_capable(q.device)
@@ -643,8 +653,6 @@ def launch(q, window_cache, positions, row_slots, cos, sin, sinks, compressed, b
     if cfg.wgmma:  # Hopper: the splits on warpgroup MMAs, then the merge kernel below
         # registers for two CTAs a SM (128 at 8 warps; 4 warps need no cap)
         opts = dict(num_warps=cfg.num_warps, **({"maxnreg": 128} if cfg.num_warps == 8 else {}))
-        if cfg.long_first:  # splits slowest: all rows' long splits start first
-            grid = (n_hb, t, cfg.n_split)
         _wgmma_attn_kernel[grid](
             q, window_cache, positions, row_slots, comp, bt, idx, ws_acc, ws_m, ws_l,
             n_heads, window_cache.shape[0], window_cache.shape[1],
@@ -688,6 +696,7 @@ def _launch_split_kernel(q, window_cache, positions, row_slots, cos, sin, sink, 
         HAS_SEL=has_sel,
         HAS_SINK=has_sink, FUSED_MERGE=cfg.fused_merge, DIM_SPLIT=cfg.dim_split,
         PDL=pdl, NS=triton.next_power_of_2(cfg.n_split), FUSED_DM=min(d, FUSED_MERGE_DIMS),
-        WAIT=wait, num_warps=cfg.num_warps, **({"launch_pdl": True} if wait else {}),
+        WAIT=wait, LONG_FIRST=cfg.long_first, num_warps=cfg.num_warps,
+        **({"launch_pdl": True} if wait else {}),
         num_stages=cfg.num_stages, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )

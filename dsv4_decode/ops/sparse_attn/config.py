@@ -68,9 +68,9 @@ class SparseAttnConfig:
     # two CTAs share a SM); needs block_h 16, block_n 64, D 512, 4 or 8 warps, several splits,
     # fp32 partials and the merge kernel (``wgmma_config`` builds one)
     wgmma: bool = False
-    # wgmma kernel only: CTAs launched split by split over all rows, the splits with more steps
-    # first (the index list's at the production shapes), not each row's splits one after the
-    # other, so the long splits do not start in the last wave (``_gluon._cta_row``)
+    # CTAs launched split by split over all rows, the splits with more steps first (the index
+    # list's at the production shapes), not each row's splits one after the other, so the long
+    # splits do not start in the last wave (``_gluon._cta_row``; the Triton kernel likewise)
     long_first: bool = False
 
     @property
@@ -127,7 +127,7 @@ class SparseAttnConfig:
     def wgmma_problem(self, head_dim: int) -> str | None:
         """Why this ``wgmma`` config cannot run at ``head_dim`` (None: it can, or not wgmma)."""
         if not self.wgmma:
-            return "long_first: needs the wgmma kernel" if self.long_first else None
+            return None
         if self.num_warps not in (4, 8):
             return f"wgmma: needs 4 or 8 warps, got {self.num_warps}"
         if head_dim != 512:
@@ -281,8 +281,10 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
         few = SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count, block_n=64)
         if groups > 16 and groups * few.n_split <= few.ctas_per_sm * sm_count:
             return few
-        return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count,
-                                     num_warps=4)
+        cfg = SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count,
+                                    num_warps=4)
+        # several waves: long splits first where the kinds differ in steps (session 14)
+        return replace(cfg, long_first=cfg.c_steps > 0 and cfg.c_steps != cfg.w_steps)
     return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count)
 
 
