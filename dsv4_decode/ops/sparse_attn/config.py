@@ -283,7 +283,10 @@ def pick_default(rows: int, heads: int, head_dim: int, window: int, n_sel: int,
             return few
         cfg = SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count,
                                     num_warps=4)
-        # several waves: long splits first where the kinds differ in steps (session 14)
+        # several waves: long splits first where the kinds differ in steps (session 14, run 9,
+        # same process, µs: 32 x 6 x 16 86.5 -> 79.0, 8 x 6 x 64 85.0 -> 77.5, 16 x 6 x 64
+        # 152.1 -> 141.1, 32 x 6 x 64 289.7 -> 278.9, 32 x 1 x 64 60.4 -> 57.7, 16 x 1 x 64
+        # 33.1 -> 32.2; outputs bitwise equal)
         return replace(cfg, long_first=cfg.c_steps > 0 and cfg.c_steps != cfg.w_steps)
     return SparseAttnConfig.pick(rows, heads, head_dim, window, n_sel, sm_count)
 
