@@ -41,10 +41,9 @@ CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16,
 
 def split_config(w_steps, c_steps):
     """The wgmma kernel at 4 warps with w_steps / c_steps steps a window / index-list split."""
-    w_units, c_units = -(-SB.WINDOW // 64), -(-SB.SELECTED // 64)
-    return SparseAttnConfig(16, 64, w_steps, -(-w_units // w_steps), c_steps,
-                            -(-c_units // c_steps), num_warps=4, wgmma=True, pdl=True,
-                            pdl_entry=True, long_first=w_steps != c_steps)
+    return SparseAttnConfig.with_steps(16, 64, w_steps, SB.WINDOW, SB.SELECTED,
+                                       c_steps=c_steps, num_warps=4, wgmma=True, pdl=True,
+                                       pdl_entry=True, long_first=w_steps != c_steps)
 
 
 def variants(rows, heads, warps=False, splits=(), triton=False):

@@ -108,11 +108,13 @@ class SparseAttnConfig:
             window, n_sel, fused_merge=fused_merge, **lay)
 
     @staticmethod
-    def with_steps(block_h: int, block_n: int, steps: int, window: int, n_sel: int,
-                   **kw) -> SparseAttnConfig:
-        """A config of at most ``steps`` steps per split (fewer where a kind has fewer)."""
+    def with_steps(block_h: int, block_n: int, steps: int, window: int, n_sel: int, *,
+                   c_steps: int | None = None, **kw) -> SparseAttnConfig:
+        """A config of at most ``steps`` steps per window split and ``c_steps`` (default
+        ``steps``) per index-list split (fewer where a kind has fewer)."""
         w_units, c_units = -(-window // block_n), -(-n_sel // block_n)
-        w_steps, c_steps = min(steps, w_units), min(steps, c_units)
+        w_steps, c_steps = min(steps, w_units), min(steps if c_steps is None else c_steps,
+                                                    c_units)
         return SparseAttnConfig(block_h, block_n, w_steps, -(-w_units // w_steps), c_steps,
                                 -(-c_units // c_steps) if c_units else 0, **kw)
 
@@ -184,11 +186,9 @@ def _wgmma_rule(rows: int, heads: int, window: int, n_sel: int,
     than two splits (there is no in-place finalisation on that path)."""
     w_steps, c_steps = _split_schedule(rows * -(-heads // 16), -(-window // 64),
                                        -(-n_sel // 64), 2 * sm_count)
-    cfg = SparseAttnConfig.with_steps(16, 64, 1, window, n_sel, num_warps=8)
-    cfg = replace(cfg, w_steps=w_steps, n_wsplit=-(-cfg.n_wsplit // w_steps),
-                  c_steps=c_steps, n_csplit=-(-cfg.n_csplit // c_steps) if c_steps else 0)
-    return replace(cfg, wgmma=True, pdl=True, pdl_entry=True,
-                   long_first=c_steps > 0 and w_steps != c_steps)
+    return SparseAttnConfig.with_steps(16, 64, w_steps, window, n_sel, c_steps=c_steps,
+                                       num_warps=8, wgmma=True, pdl=True, pdl_entry=True,
+                                       long_first=c_steps > 0 and w_steps != c_steps)
 
 
 SPLIT_COST = 0.5  # a split's fixed cost in steps (``_split_schedule``)
