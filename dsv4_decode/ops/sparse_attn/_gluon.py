@@ -29,12 +29,12 @@ the step's validity in the scores' layout (no conversion barriers).
 
 Decodes are exact and in PTX: NVFP4 (``_FP4_ASM``, 17 instructions for 8 values) and FP8
 (``_E4M3_ASM``, 4 a pair) give the keys x 2^-8, folded back into the score scale and acc;
-the NVFP4 tile's columns are each 128-dim span's even dims, then its odd dims (q stored in
-the same order, the partial rows put back in dim order). At 4 warps the NVFP4 chunks are read
-in wgmma's register A layout (``_fp4_dequant_rs``): S^T is issued from registers, chunk by
-chunk, and the tile is stored for PV only (no S^T read of it: a quarter of a step's
-shared-memory traffic); the staging is swizzled (``_staging_rows``) so those reads are
-conflict-free. Sessions 11-13 of docs/kernels/sparse_attn.md measure each of these; the
+at 8 warps the NVFP4 tile's columns are each 128-dim span's even dims, then its odd dims (q
+stored in the same order, the partial rows put back in dim order). At 4 warps the NVFP4 chunks
+are read in wgmma's register A layout (``_fp4_dequant_rs``): S^T is issued from registers,
+chunk by chunk, and the same registers are stored (``stmatrix``) into the tile for PV only,
+in the A operand's k order (no S^T read of it: a quarter of a step's shared-memory traffic);
+the staging is swizzled (``_staging_rows``) so those reads are conflict-free. Sessions 11-15 of docs/kernels/sparse_attn.md measure each of these; the
 two-tile and warp-specialized variants they replaced were removed after measuring slower.
 
 Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), because
@@ -65,15 +65,17 @@ def _load_q(q_ptr, q_s, row, h0, n_heads, D: gl.constexpr, FP4: gl.constexpr,
     window tile's); FP4: in the NVFP4 tile's column order (``_FP4_ASM``): each 128-dim chunk as
     its even dims, then its odd ones, and within a 16-dim scale group dim 16g + 8w + 4v + 2u +
     p (p: odd) at column 64p + 8g + 4w + 2u + v (``_pairs_order`` inverts it); RS: in the
-    register A operand's k order of ``_fp4_dequant_rs``."""
+    register A operand's k order of ``_fp4_dequant_rs`` (FP4) or ``_window_dequant_rs``."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
     h = h0 + gl.arange(0, 16, layout=gl.SliceLayout(1, blk))
     d = gl.arange(0, D, layout=gl.SliceLayout(0, blk))
     offs = gl.expand_dims((row.to(gl.int64) * n_heads + h) * D, 1) + gl.expand_dims(d, 0)
     q = gl.load(q_ptr + offs, mask=gl.expand_dims(h < n_heads, 1), other=0.0)
-    if RS:  # chunk dim 32t + 8q + 4v + 2u + p -> k = 32q + 16p + 8u + 2t + v
+    if RS and FP4:  # chunk dim 32t + 8q + 4v + 2u + p -> k = 32q + 16p + 8u + 2t + v
         q = q.reshape([16, D // 128, 4, 4, 2, 2, 2]).permute(0, 1, 3, 6, 5, 2, 4)
         q = q.reshape([16, D])
+    elif RS:  # the window's: chunk dim 32t + 4j + 2u + v -> k = 16j + 8u + 2t + v
+        q = q.reshape([16, D // 128, 4, 8, 2, 2]).permute(0, 1, 3, 4, 2, 5).reshape([16, D])
     elif FP4:
         q = q.reshape([16, D // 128, 8, 2, 2, 2, 2]).permute(0, 1, 6, 2, 3, 5, 4)
         q = q.reshape([16, D])
@@ -85,6 +87,20 @@ def _pairs_order(acc):
     """A 128-dim part of acc^T, rows in the NVFP4 tile's column order (``_load_q``'s FP4) ->
     dim order."""
     return acc.reshape([2, 8, 2, 2, 2, 16]).permute(1, 2, 4, 3, 0, 5).reshape([128, 16])
+
+
+@gluon.jit
+def _win_rs_order(acc):
+    """``_rs_order`` of the window tile (``_window_dequant_rs``: row k = 16j + 8u + 2t + v
+    holds chunk dim 32t + 4j + 2u + v) -> dim order."""
+    return acc.reshape([8, 2, 4, 2, 16]).permute(2, 0, 1, 3, 4).reshape([128, 16])
+
+
+@gluon.jit
+def _rs_order(acc):
+    """A 128-dim part of acc^T, rows in the register A operand's k order (``_load_q``'s RS:
+    row k = 32q + 16p + 8u + 2t + v holds chunk dim 32t + 8q + 4v + 2u + p) -> dim order."""
+    return acc.reshape([4, 2, 2, 4, 2, 16]).permute(3, 0, 4, 2, 1, 5).reshape([128, 16])
 
 
 @gluon.jit
@@ -236,6 +252,52 @@ def _window_chunk_store(k_c, codes, sc):
     k_c.store(k.reshape([64, 128]))
 
 
+@gluon.constexpr_function
+def _win_rs_layout():
+    """A window chunk ``[64 keys, 4, 32 codes]`` (128 dims) loaded as wgmma's register A
+    operand wants it (one warpgroup): warp w holds keys 16w .. 16w+15, lane 4g + t keys
+    16w + g and 16w + g + 8 (the last register bit) and the 32 contiguous codes of scale
+    block t of each (two 16-byte loads a key)."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 0, 8], [0, 0, 16], [8, 0, 0]],
+        lane_bases=[[0, 1, 0], [0, 2, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+        warp_bases=[[16, 0, 0], [32, 0, 0]], block_bases=[], shape=[64, 4, 32])
+
+
+@gluon.jit
+def _window_rs_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr):
+    """``_window_chunk_load`` in ``_win_rs_layout``: codes ``[64, 4, 32]`` and their scales
+    ``[64, 4]`` (0 where masked)."""
+    L3: gl.constexpr = _win_rs_layout()
+    blk = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+    e = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+    offs = gl.expand_dims(gl.expand_dims(rec + c * 128, 1) + gl.expand_dims(blk * 32, 0), 2) \
+        + gl.expand_dims(gl.expand_dims(e, 0), 1)
+    codes = gl.load(win_ptr + offs, mask=gl.expand_dims(gl.expand_dims(valid, 1), 2), other=0)
+    sc = gl.load(win_ptr + gl.expand_dims(rec + D + c * 4, 1) + gl.expand_dims(blk, 0),
+                 mask=gl.expand_dims(valid, 1), other=0)
+    return codes, sc
+
+
+@gluon.jit
+def _window_rs_chunk(k_c, codes, sc, q_c, s, c: gl.constexpr, mma_s: gl.constexpr):
+    """One window chunk at 4 warps: decoded (``_E4M3_ASM``) straight into wgmma's register A
+    layout, its S^T product issued from those registers and the same registers stored
+    (``stmatrix``) into the tile for PV, in the A operand's k order: chunk dim
+    32t + 4j + 2u + v at column / k = 16j + 8u + 2t + v (``_load_q``'s window RS order;
+    ``_win_rs_order`` puts acc^T's rows back) -> S^T with the chunk's product in flight."""
+    dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_s, k_width=2)
+    k = gl.inline_asm_elementwise(
+        _E4M3_ASM, "=r,=r,r,r,r", [codes, gl.expand_dims(_window_scale(sc), 2)],
+        dtype=gl.bfloat16, is_pure=True, pack=4)
+    a = k.reshape([64, 4, 8, 2, 2]).permute(0, 2, 3, 1, 4).reshape([64, 128])
+    a = gl.convert_layout(a, dot, assert_trivial=True)
+    k_c.store(a)
+    s = warpgroup_mma(a, q_c.permute((1, 0)), s, use_acc=c > 0, is_async=True)
+    s, a = warpgroup_mma_wait(1, deps=[s, a])  # the previous chunk's done: one in flight
+    return s
+
+
 @gluon.jit
 def _window_split(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_heads, slot, pos,
                   win_ok, w_i0, w_hi, ring, qk_scale, WINDOW: gl.constexpr, D: gl.constexpr,
@@ -244,26 +306,46 @@ def _window_split(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_heads
     chunk buffers ``kb`` (each [1, 64, 128]), q in ``q_1`` ([1, 16, D]), acc^T in four parts
     ``accs``; the records loaded into registers, all four chunks' loads issued before the
     barrier that frees the tile; D = 512."""
-    rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
-    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, False, False)
+    RS: gl.constexpr = gl.num_warps() == 4  # S^T from registers (one warpgroup)
+    if RS:
+        rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_rs_layout()))
+    else:
+        rows_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, _win_layout(gl.num_warps())))
+    _load_q(q_ptr, q_1.index(0), row, h0, n_heads, D, False, RS)
+    if RS:  # q is read by the first S^T before any tile store's fence
+        fence_async_shared()
     for it in range(W_STEPS):
         z = _loop_zero(it)
         ks = _chunk_views(kb, z)
         q_s = q_1.index(z)
         rec, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                   rows_l)
-        c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D)
-        c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D)
-        c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
-        c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
-        gl.thread_barrier()  # every warp's wgmmas of the previous step are done
-        _window_chunk_store(ks[0], c0, s0)
-        _window_chunk_store(ks[1], c1, s1)
-        _window_chunk_store(ks[2], c2, s2)
-        _window_chunk_store(ks[3], c3, s3)
-        fence_async_shared()
-        gl.thread_barrier()
-        s = _scores_chunks(ks, q_s, mma_s)
+        if RS:
+            c0, s0 = _window_rs_load(win_ptr, rec, valid, 0, D)
+            c1, s1 = _window_rs_load(win_ptr, rec, valid, 1, D)
+            c2, s2 = _window_rs_load(win_ptr, rec, valid, 2, D)
+            c3, s3 = _window_rs_load(win_ptr, rec, valid, 3, D)
+            gl.thread_barrier()  # every warp's wgmmas of the previous step are done
+            s = gl.zeros([64, 16], gl.float32, mma_s)
+            s = _window_rs_chunk(ks[0], c0, s0, q_s.slice(0, 128, dim=1), s, 0, mma_s)
+            s = _window_rs_chunk(ks[1], c1, s1, q_s.slice(128, 128, dim=1), s, 1, mma_s)
+            s = _window_rs_chunk(ks[2], c2, s2, q_s.slice(256, 128, dim=1), s, 2, mma_s)
+            s = _window_rs_chunk(ks[3], c3, s3, q_s.slice(384, 128, dim=1), s, 3, mma_s)
+            s = warpgroup_mma_wait(0, deps=[s])
+            # no fence here: the softmax's fence and barrier (before PV) cover the tile
+        else:
+            c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D)
+            c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D)
+            c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
+            c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
+            gl.thread_barrier()  # every warp's wgmmas of the previous step are done
+            _window_chunk_store(ks[0], c0, s0)
+            _window_chunk_store(ks[1], c1, s1)
+            _window_chunk_store(ks[2], c2, s2)
+            _window_chunk_store(ks[3], c3, s3)
+            fence_async_shared()
+            gl.thread_barrier()
+            s = _scores_chunks(ks, q_s, mma_s)
         _, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                 gl.SliceLayout(1, mma_s))
         m_i, l_i, accs = _softmax_pv(s, ks, p_s, valid, m_i, l_i, accs, qk_scale, mma_o)
@@ -392,17 +474,19 @@ def _rs_chunk_layouts():
 def _fp4_dequant_rs(ks, packed_s, sc_s, q_s, mma_s: gl.constexpr, D: gl.constexpr):
     """The 4-warp step: each chunk decoded once into registers laid out as wgmma's A
     operand (``_rs_chunk_layouts``), its S^T product issued from them (no read of the tile:
-    a quarter of a step's shared-memory traffic) and the chunk stored into the tile for the
-    PV product as ``_fp4_dequant_spans`` does. The product's k order is chunk dim
-    32t + 8q + 4v + 2u + p at k = 32q + 16p + 8u + 2t + v (``_load_q``'s RS order) -> S^T."""
+    a quarter of a step's shared-memory traffic) and the same registers stored into the tile
+    for the PV product, in the same order: chunk dim 32t + 8q + 4v + 2u + p at column / k =
+    32q + 16p + 8u + 2t + v (``_load_q``'s RS order; acc^T's rows come out in it and
+    ``_rs_order`` puts them back). A quad of the A operand holds two keys, so that store is
+    ``stmatrix`` (no register moves; session 15: 1,421 -> 1,297 instructions a step) -> S^T."""
     dot: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_s, k_width=2)
     s = gl.zeros([64, 16], gl.float32, mma_s)
     for c in gl.static_range(D // 128):
         k_e, k_o = _fp4_chunk(packed_s, sc_s, c, True)
         kj = gl.join(k_e, k_o)  # [64, 8 groups (2t + q1), 8 (4q0 + 2u + v), 2 (p)]
-        ks[c].store(kj.permute(0, 3, 1, 2).reshape([64, 128]))
         a = kj.reshape([64, 4, 2, 2, 2, 2, 2]).permute(0, 2, 3, 6, 4, 1, 5).reshape([64, 128])
         a = gl.convert_layout(a, dot, assert_trivial=True)
+        ks[c].store(a)
         s = warpgroup_mma(a, q_s.slice(c * 128, 128, dim=1).permute((1, 0)), s, use_acc=c > 0,
                           is_async=True)
         s, a = warpgroup_mma_wait(1, deps=[s, a])  # the previous chunk's done: one in flight
@@ -506,7 +590,7 @@ def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win
                     D: gl.constexpr):
     """A split's (m, l, acc^T in four 128-dim parts) into workspace rows ``base .. base + 16``
     in dim order (both kinds' tiles were x 2^-8, the index-list ones in ``_load_q``'s FP4
-    order). acc^T goes through shared memory into 4 consecutive dims of one head a
+    order at 8 warps, its RS order at 4). acc^T goes through shared memory into 4 consecutive dims of one head a
     thread: 16-byte stores, a warp writing 512 contiguous bytes."""
     st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
     r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
@@ -514,7 +598,13 @@ def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win
     for c in gl.static_range(D // 128):
         offs = gl.expand_dims(r.to(gl.int64) * D, 0) + gl.expand_dims(c * 128 + d, 1)
         if is_win:
-            gl.store(ws_acc_ptr + offs, gl.convert_layout(accs[c] * 256.0, st_l))
+            if gl.num_warps() == 4:  # the window tile in its register A operand's k order
+                gl.store(ws_acc_ptr + offs,
+                         gl.convert_layout(_win_rs_order(accs[c]) * 256.0, st_l))
+            else:
+                gl.store(ws_acc_ptr + offs, gl.convert_layout(accs[c] * 256.0, st_l))
+        elif gl.num_warps() == 4:  # the tile in the register A operand's k order
+            gl.store(ws_acc_ptr + offs, gl.convert_layout(_rs_order(accs[c]) * 256.0, st_l))
         else:
             gl.store(ws_acc_ptr + offs,
                      gl.convert_layout(_pairs_order(accs[c]) * 256.0, st_l))
