@@ -190,6 +190,21 @@ def test_build_routing_record(device):
     check_record(r)
 
 
+def test_build_routing_record_group_sizes(device):
+    """Groups of exactly one tile (no padding), one entry past a tile, several tiles and a
+    single entry, in one record: the padding between groups and the tile table at each
+    boundary (``_record_keys``'s sorted-key arithmetic)."""
+    rows = 33
+    ids = torch.full((rows, 2), -1, dtype=torch.int32)
+    ids[:16, 0] = 2  # 16 entries: one full tile
+    ids[16:33, 0] = 5  # 17: a tile and one entry
+    ids[:32, 1] = 7  # 32: two full tiles
+    ids[32, 1] = 0  # 1
+    r = build_routing(ids.to(device), torch.ones(rows, 2).to(device), 8)
+    check_record(r)
+    assert r.tiles.cpu().tolist()[:6] == [0, 2, 5, 5, 7, 7]
+
+
 # --------------------------------------------------------------------------- CPU: experts
 
 D, I, E = 128, 64, 8

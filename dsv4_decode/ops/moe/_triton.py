@@ -188,6 +188,11 @@ def _record(ids_ptr, entries_ptr, tiles_ptr, N, CAP: tl.constexpr, NP: tl.conste
 
 
 @triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
 def _record_keys(key, entries_ptr, tiles_ptr, CAP: tl.constexpr, NP: tl.constexpr,
                  E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, FILL: tl.constexpr):
     """One CTA. ``key`` (1-D, any order, length a power of two >= 16): ``e * NP + n`` for
@@ -197,19 +202,28 @@ def _record_keys(key, entries_ptr, tiles_ptr, CAP: tl.constexpr, NP: tl.constexp
     entries in entry order; the rest stays -1. ``tiles[j]`` = the expert of tile j (entries
     ``j*BLOCK_M ..``), -1 past the last group: every entry writes its tile's expert (equal
     values where several share a tile; a group's tiles all hold an entry), so the expert
-    kernels find their weights with one load."""
-    valid = key < E_PAD * NP
+    kernels find their weights with one load.
+
+    All of it on the sorted keys, no per-expert histogram: sorted position i of an entry is
+    the count prefix of its expert plus its rank, so its destination is i plus the padding
+    of the groups before it, an exclusive sum over the groups' last positions (each adds
+    its group's ``-count mod BLOCK_M``); a group's first position comes from a running max.
+    (The histogram over ``E_PAD`` bins and its scan it replaces took ~2,850 cycles of the
+    single CTA at every row count: session 15's clock stamps, docs/kernels/moe.md.)"""
     for c in range(0, CAP, FILL):
         offs_f = c + tl.arange(0, FILL)
         tl.store(entries_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP)
         tl.store(tiles_ptr + offs_f, tl.full((FILL,), -1, tl.int32), mask=offs_f < CAP // BLOCK_M)
-    cnt = tl.histogram(tl.where(valid, key // NP, 0), E_PAD, mask=valid)
-    pad = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M - cnt  # each group's -1 padding
-    shift = tl.cumsum(pad, 0) - pad  # = padded prefix - count prefix: one scan, not two
     key = tl.sort(key)  # the valid keys first, in (expert, entry) order
+    n: tl.constexpr = key.shape[0]
     kvalid = key < E_PAD * NP
-    ke = tl.where(kvalid, key // NP, 0)
-    dest = tl.arange(0, key.shape[0]) + tl.gather(shift, ke, 0)  # in registers
+    ke = tl.where(kvalid, key // NP, E_PAD)
+    i = tl.arange(0, n)
+    first = (i == 0) | (ke != tl.gather(ke, tl.maximum(i - 1, 0), 0))
+    last = (i == n - 1) | (ke != tl.gather(ke, tl.minimum(i + 1, n - 1), 0))
+    rank = i - tl.associative_scan(tl.where(first, i, 0), 0, _max_combine)
+    pad = tl.where(last & kvalid, (-(rank + 1)) & (BLOCK_M - 1), 0)
+    dest = i + tl.cumsum(pad, 0) - pad
     tl.debug_barrier()  # the -1 fills are done before any thread writes over them
     tl.store(entries_ptr + dest, key % NP, mask=kvalid)
     tl.store(tiles_ptr + dest // BLOCK_M, ke, mask=kvalid)
