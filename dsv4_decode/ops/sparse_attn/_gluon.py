@@ -30,12 +30,14 @@ the step's validity in the scores' layout (no conversion barriers).
 Decodes are exact and in PTX: NVFP4 (``_FP4_ASM``, 17 instructions for 8 values) and FP8
 (``_E4M3_ASM``, 4 a pair) give the keys x 2^-8, folded back into the score scale and acc;
 at 8 warps the NVFP4 tile's columns are each 128-dim span's even dims, then its odd dims (q
-stored in the same order, the partial rows put back in dim order). At 4 warps the NVFP4 chunks
-are read in wgmma's register A layout (``_fp4_dequant_rs``): S^T is issued from registers,
-chunk by chunk, and the same registers are stored (``stmatrix``) into the tile for PV only,
-in the A operand's k order (no S^T read of it: a quarter of a step's shared-memory traffic);
-the staging is swizzled (``_staging_rows``) so those reads are conflict-free. Sessions 11-15 of docs/kernels/sparse_attn.md measure each of these; the
-two-tile and warp-specialized variants they replaced were removed after measuring slower.
+stored in the same order, the partial rows put back in dim order). At 4 warps both kinds of
+chunk are decoded straight into wgmma's register A layout (``_fp4_dequant_rs``,
+``_window_rs_chunk``): S^T is issued from registers, chunk by chunk, and the same registers
+are stored (``stmatrix``) into the tile for PV only, in the A operand's k order (no S^T read
+of the tile: a quarter of a step's shared-memory traffic; acc^T's rows put back at the end);
+the NVFP4 staging is swizzled (``_staging_rows``) so its reads are conflict-free. Sessions
+11-15 of docs/kernels/sparse_attn.md measure each of these; the two-tile and warp-specialized
+variants they replaced were removed after measuring slower.
 
 Written in Gluon (``triton.experimental.gluon``: Triton with explicit layouts), because
 Triton's own pass picks ``mma.sync`` or spills for these shapes (docs/kernels/sparse_attn.md,
@@ -590,8 +592,8 @@ def _store_partials(ws_acc_ptr, ws_m_ptr, ws_l_ptr, m_i, l_i, accs, base, is_win
                     D: gl.constexpr):
     """A split's (m, l, acc^T in four 128-dim parts) into workspace rows ``base .. base + 16``
     in dim order (both kinds' tiles were x 2^-8, the index-list ones in ``_load_q``'s FP4
-    order at 8 warps, its RS order at 4). acc^T goes through shared memory into 4 consecutive dims of one head a
-    thread: 16-byte stores, a warp writing 512 contiguous bytes."""
+    order at 8 warps, its RS orders at 4). acc^T goes through shared memory into 4 consecutive
+    dims of one head a thread: 16-byte stores, a warp writing 512 contiguous bytes."""
     st_l: gl.constexpr = gl.BlockedLayout([4, 1], [32, 1], [1, gl.num_warps()], [0, 1])
     r = base + gl.arange(0, 16, layout=gl.SliceLayout(0, st_l))
     d = gl.arange(0, 128, layout=gl.SliceLayout(1, st_l))
