@@ -207,15 +207,16 @@ def test_fallback_path_is_exercised(device):
 
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, device, monkeypatch):
-    """Many-row grids fold R chunks per group-maxima program and collect only the segments
-    whose maximum reaches T0, each of SEG_PROGRAMS programs a row scanning its own range of
-    segments in spans of NSEG; force both at a small shape (9,000 and 16,384 columns: odd and
-    even chunk counts; 2 programs a row, so a program's range holds several spans, and the
-    "edges" lengths end rows inside a range, at its start and at zero)."""
+    """Many-row grids fold R chunks per group-maxima program and collect from the threshold's
+    lists of active segments (one per region of LIST_REGION segments, spans strided over
+    LIST_PROGRAMS programs a row); force both at a small shape (9,000 and 16,384 columns: odd
+    and even chunk counts; regions of 32 segments, so a span crosses regions; 2 programs a row,
+    so the strided loop runs)."""
     from dsv4_decode.ops.topk import _triton
 
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
-    monkeypatch.setattr(_triton, "SEG_PROGRAMS", 2)
+    monkeypatch.setattr(_triton, "LIST_REGION", 32)
+    monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
         x = make_logits("random", 7, cols, gen)
@@ -565,12 +566,12 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
             4)
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
     out[f"threshold-k{k}"] = build(K._threshold_kernel, dict(
-        CHUNK=c.chunk, **spans), 8)
-    for segs, pdl in ((0, True), (128, True), (0, False)):  # plain launches: T0 loaded first
-        out[f"collect-k{k}-segs{segs}-pdl{pdl}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, SEGS=segs, **common), 4, pdl)
+        RS=K.LIST_REGION, LIST=1, **spans, **common), 8)
+    for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
+        out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
+            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, **common), 4, pdl)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
-        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048), 8)
+        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8), 8)
 from dsv4_decode.ops.topk import _radix as RX
 for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)

@@ -14,12 +14,11 @@ before the call):
    k-th largest group maximum (``_kth_largest``: a 256-bin histogram below the maximum, else a
    bitwise search). At least k elements are >= T0 (every one of those k groups holds its
    maximum), so the top k are >= T0.
-3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, SEG_PROGRAMS) on folded
-   ones: re-reads the row (small grids: whole chunks; folded grids: each program scans the
-   maxima of its 1 / SEG_PROGRAMS of the row's 128-element segments, stored by pass 1, and
-   re-reads only those reaching T0) and appends every element >= T0 to the row's candidate
-   buffer (key1, and its index with its rank inside its span), one atomic a span; stores each
-   span's candidate count.
+3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, segments / 128) on folded
+   ones: re-reads the row (small grids: whole chunks; folded grids: only the 128-element
+   segments whose maximum, stored by pass 1, reaches T0) and appends every element >= T0 to
+   the row's candidate buffer (key1, and its index with its rank inside its span), one atomic
+   a span; stores each span's candidate count.
 4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key and
    writes the selected indices in ascending order (deterministic whatever order the atomics
    gave). Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by counting
@@ -291,35 +290,68 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
 
 
 @triton.jit
-def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, stride_g, cols, K,
-                      CHUNK: tl.constexpr, LMAX: tl.constexpr, TARGET: tl.constexpr,
-                      GROUPS: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr,
-                      PDL: tl.constexpr):
-    """Grid (rows,): T0 of row ``program_id(0)``; resets the row's candidate counter."""
+def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, rcnt_ptr,
+                      stride_g, stride_s, stride_r, cols, K, CHUNK: tl.constexpr,
+                      LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
+                      R: tl.constexpr, LOG_R: tl.constexpr, NSEG: tl.constexpr,
+                      RS: tl.constexpr, LIST: tl.constexpr, PDL: tl.constexpr):
+    """Grid (rows, regions): T0 of row ``program_id(0)`` (every program whose region holds
+    segments of the row computes it; region 0 stores it and resets the candidate counter).
+    LIST: program c also lists, ascending, the segments of its region [c * RS, (c + 1) * RS)
+    whose maximum reaches T0, at the region's slice of the row's list, and their number (the
+    collect pass's work; regions in parallel: one CTA a row scanning 8,192 segments took
+    8-12 µs)."""
     if PDL:
         _pdl_enter()
     row = tl.program_id(0)
-    tl.store(thr_ptr + row, _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK,
-                                           LMAX, TARGET, GROUPS, R, LOG_R))
-    tl.store(cnt_ptr + row, 0)
+    c = tl.program_id(1)
+    SEG: tl.constexpr = CHUNK // NSEG
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
+    n_seg = (len_e + SEG - 1) // SEG
+    if (c == 0) | (LIST & (c * RS < n_seg)):  # regions past the length skip T0 too
+        t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK, LMAX, TARGET,
+                            GROUPS, R, LOG_R)
+        if c == 0:
+            tl.store(thr_ptr + row, t0)
+            tl.store(cnt_ptr + row, 0)
+        if LIST:
+            i = c * RS + tl.arange(0, RS)
+            act = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i, mask=i < n_seg,
+                          other=0) >= t0  # t0 >= 1
+            pos = c * RS + tl.cumsum(act.to(tl.int32), axis=0) - 1
+            tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)
+            tl.store(rcnt_ptr + row.to(tl.int64) * stride_r + c,
+                     tl.sum(act.to(tl.int32), axis=0))
+    elif LIST:
+        tl.store(rcnt_ptr + row.to(tl.int64) * stride_r + c, 0)
 
 
 @triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pbuf_ptr, cc_ptr,
-                    stride_x, stride_s, stride_b, stride_cc, cols, CHUNK: tl.constexpr,
-                    NSEG: tl.constexpr, CAP: tl.constexpr, SEGS: tl.constexpr,
+def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
+    """The row's active-segment count per region (``_threshold_kernel``), its exclusive
+    prefix and the total."""
+    r = tl.arange(0, NR)
+    rc = tl.load(rcnt_ptr + row.to(tl.int64) * stride_r + r, mask=r < n_reg, other=0)
+    return r, tl.cumsum(rc, axis=0) - rc, tl.sum(rc, axis=0)
+
+
+@triton.jit
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kbuf_ptr,
+                    pbuf_ptr, cc_ptr, stride_x, stride_s, stride_r, stride_b, stride_cc, cols,
+                    n_reg, CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
+                    LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
                     PDL: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
     # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
     # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
     # atomics give never matters to the select. One load and ONE atomic a span.
-    # SEGS == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it.
-    # SEGS = S > 0 (folded grids): program p owns the row's segments [p S, (p + 1) S), reads
-    #   their maxima (stored by pass 1) and re-reads only those reaching T0 (~730 of a random 1M
-    #   row's 8,192 at k = 512), NSEG at a time in segment order: batch b is span p S / NSEG + b,
-    #   so span order is index order; every span of the program gets its count (0 past its
-    #   last batch). Up to session 14 the threshold launch listed these segments for all the
-    #   row's programs (two kernels' worth of time; session 15, docs/kernels/topk.md).
+    # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it.
+    # LIST == 1: the P programs of a row take spans q = p, p + P, ... of the row's list of
+    #   segments whose maximum reaches T0 (~730 of a random 1M row's 8,192 at k = 512: a few %
+    #   of the row is re-read), the list being the regions' lists one after the other; usually
+    #   one span a program, so nothing waits on a chain. More than CAP listed segments (each
+    #   holds a candidate) is an overflow: nothing is collected, the select's exact fallback
+    #   runs.
     # PDL: the logits and lengths (written before the first kernel's wait) are read before
     # this kernel's wait, on small grids while the threshold still runs; T0 and the rest after.
     SEG: tl.constexpr = CHUNK // NSEG
@@ -332,26 +364,27 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, smax_ptr, kbuf_ptr, pb
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
-    if SEGS > 0:
+    if LIST:
         if PDL:
             gdc_wait()
         t0 = tl.load(thr_ptr + row)
-        n_seg = (len_e + SEG - 1) // SEG
-        i = p * SEGS + tl.arange(0, SEGS)  # segments past the length hold stale maxima
-        act = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i, mask=i < n_seg, other=0) >= t0
-        n_a = tl.sum(act.to(tl.int32), axis=0)
-        place = tl.where(act, tl.cumsum(act.to(tl.int32), axis=0) - 1, -1)
+        r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+        n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)
+        if (p == 0) & (n_act > CAP):
+            tl.store(cnt_ptr + row, CAP + 1)
+        l_row = list_ptr + row.to(tl.int64) * stride_s
         a = tl.arange(0, NSEG)
-        b = 0
-        while b * NSEG < n_a:  # (a while: the interpreter cannot range over a tensor)
-            slot = b * NSEG + a  # the active segments of batch b, in segment order
-            seg = tl.sum(tl.where(place[None, :] == slot[:, None], i[None, :], 0), axis=1)
-            key1, e = _span_keys(x_row, seg, slot < n_a, len_e, SEG)
-            _collect_span(key1, e, p * (SEGS // NSEG) + b, t0, cnt_ptr + row, kb_ptr, pb_ptr,
-                          cc_row, CAP)
-            b += 1
-        q = tl.arange(0, SEGS // NSEG)
-        tl.store(cc_row + p * (SEGS // NSEG) + q, 0, mask=q >= b)
+        q = p
+        while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
+            g = q * NSEG + a  # places in the row's list
+            ok = g < n_act
+            # region of place g: the last one whose prefix is <= g (empty ones never are last)
+            c = tl.sum((pre[None, :] <= g[:, None]).to(tl.int32), axis=1) - 1
+            base = tl.sum(tl.where(r[None, :] == c[:, None], pre[None, :], 0), axis=1)
+            seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
+            key1, e = _span_keys(x_row, seg, ok, len_e, SEG)
+            _collect_span(key1, e, q, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+            q += P
     else:
         # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count
         # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
@@ -465,9 +498,10 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, out_ptr,
-                   stride_x, stride_b, stride_cc, stride_o, cols, n_spans, K,
-                   NCH: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, rcnt_ptr,
+                   out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
+                   n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
+                   NR: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
                    SCAN: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         _pdl_enter()
@@ -477,6 +511,11 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     # The count, the span counts and the first SMALL buffer entries load together (entries
     # past the count are stale and masked off afterwards): one memory round trip, not two.
     n = tl.load(cnt_ptr + row)
+    if LIST:
+        _, _, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+        n_spans = (n_act + NSEG - 1) // NSEG
+    else:
+        n_spans = n_chunks + 0 * n
     j = tl.arange(0, NCH)
     cc = tl.load(cc_ptr + row.to(tl.int64) * stride_cc + j, mask=j < n_spans, other=0)
     i = tl.arange(0, SMALL)
@@ -495,9 +534,12 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
 
 
-# Collect programs per row on folded grids: each owns 1 / 64 of the row's segments (128 of a
-# 1M row's 8,192; ~11 reach T0 on random rows at k = 512).
-SEG_PROGRAMS = 64
+# Collect programs per row on large grids: one span each up to 64 spans (1,024 active segments;
+# ~730 on random 1M rows at k = 512), strided loops beyond. Segments a threshold program lists:
+# 2,048 (4 programs a 1M row; each computes T0 too: at 1,024, 8 programs a row, the threshold
+# took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
+LIST_PROGRAMS = 64
+LIST_REGION = 2048
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
 
@@ -526,29 +568,30 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     fuse = fuse and log_r == 0 and k <= 512
     pdl = pdl and pdl_capable(x16.device)
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
-    folded = log_r > 0  # folded (large) grids collect from the segments reaching T0
-    # segments a collect program owns on folded grids (at least one span of NSEG)
-    segs = max(NSEG, triton.next_power_of_2(triton.cdiv(n_chunks * NSEG, SEG_PROGRAMS)))
+    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
-        NSEG=NSEG, SEGS=folded, FUSE=fuse, num_warps=WARPS["group_max"], **spans, **common,
-        **dep)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=WARPS["group_max"], **spans, **common, **dep)
+    rs = LIST_REGION
+    n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
+    regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
     if not fuse:
-        _threshold_kernel[(rows,)](
-            lengths, ws.gmax, ws.thr, ws.cnt, ws.gmax.stride(0), cols, k,
+        _threshold_kernel[(rows, n_reg)](
+            lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
+            ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
-    _collect_kernel[(rows, SEG_PROGRAMS if folded else n_chunks)](
-        x16, lengths, ws.thr, ws.cnt, ws.smax, ws.kbuf, ws.pbuf, ws.cc,
+    _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
+        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
-        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap,
-        SEGS=segs if folded else 0, num_warps=WARPS["collect"], **common, **dep)
+        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
+        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"], **regions,
+        **common, **dep)
     _select_kernel[(rows,)](
-        x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, out,
+        x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
-        stride_o=out.stride(0), cols=cols,
-        n_spans=SEG_PROGRAMS * (segs // NSEG) if folded else n_chunks, K=k,
-        NCH=cfg.max_chunks, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
-        num_warps=WARPS["select"], **dep)
+        stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
+        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
+        num_warps=WARPS["select"], **regions, **dep)

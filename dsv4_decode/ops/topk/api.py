@@ -21,8 +21,12 @@ class TopkWorkspace:
       programs (the last one computes the threshold and re-arms the ticket to 0);
     - ``gmax`` int32 [rows, cfg.groups]: group maxima (rank keys) of the row;
     - ``smax`` int32 [rows, cfg.max_chunks * NSEG]: rank-key maxima of contiguous segments of
-      ``cfg.chunk / NSEG`` elements (0 past the length; folded grids), written by pass 1 for
-      the collect pass's pruning (it re-reads only segments whose maximum reaches T0);
+      ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
+      pass's pruning;
+    - ``seglist`` int32 [rows, cfg.max_chunks * NSEG] / ``rcnt`` int32 [rows, cfg.max_chunks]:
+      the segments whose maximum reaches T0, ascending, listed per region of LIST_REGION segments at
+      the region's slice, and their number per region (folded grids; written by the threshold
+      kernel, read by the collect);
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
     - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key ``| rank inside its
@@ -49,6 +53,8 @@ class TopkWorkspace:
     tick: torch.Tensor
     gmax: torch.Tensor
     smax: torch.Tensor
+    seglist: torch.Tensor
+    rcnt: torch.Tensor
     thr: torch.Tensor
     cnt: torch.Tensor
     kbuf: torch.Tensor
@@ -80,6 +86,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
     return TopkWorkspace(
         cfg=cfg, tick=buf(rows, zero=True),
         gmax=buf(rows, plain * cfg.groups), smax=buf(rows, plain * cfg.max_chunks * NSEG),
+        seglist=buf(rows, plain * cfg.max_chunks * NSEG), rcnt=buf(rows, plain * cfg.max_chunks),
         thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, plain * cfg.cap), pbuf=buf(rows, plain * cfg.cap),
         cc=buf(rows, plain * cfg.max_chunks), scratch=buf(rows, plain * cfg.cap),
