@@ -207,10 +207,11 @@ def _window_keys(slot, pos, win_ok, i0, i_hi, ring, WINDOW: gl.constexpr, D: gl.
 
 
 @gluon.jit
-def _window_chunk_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr):
-    """Dims ``c*128 .. +128`` of 64 window records straight from global memory: codes
-    ``[64, 4, 32]`` (16 contiguous bytes a thread) and their 4 scales (0 where masked)."""
-    L3: gl.constexpr = _win_layout(gl.num_warps())
+def _window_chunk_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr,
+                       L3: gl.constexpr):
+    """Dims ``c*128 .. +128`` of 64 window records straight from global memory, in ``L3``
+    (``_win_layout``: 16 contiguous bytes a thread; ``_win_rs_layout``: the register A
+    operand's): codes ``[64, 4, 32]`` and their 4 scales (0 where masked)."""
     blk = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
     e = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
     offs = gl.expand_dims(gl.expand_dims(rec + c * 128, 1) + gl.expand_dims(blk * 32, 0), 2) \
@@ -267,21 +268,6 @@ def _win_rs_layout():
 
 
 @gluon.jit
-def _window_rs_load(win_ptr, rec, valid, c: gl.constexpr, D: gl.constexpr):
-    """``_window_chunk_load`` in ``_win_rs_layout``: codes ``[64, 4, 32]`` and their scales
-    ``[64, 4]`` (0 where masked)."""
-    L3: gl.constexpr = _win_rs_layout()
-    blk = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
-    e = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    offs = gl.expand_dims(gl.expand_dims(rec + c * 128, 1) + gl.expand_dims(blk * 32, 0), 2) \
-        + gl.expand_dims(gl.expand_dims(e, 0), 1)
-    codes = gl.load(win_ptr + offs, mask=gl.expand_dims(gl.expand_dims(valid, 1), 2), other=0)
-    sc = gl.load(win_ptr + gl.expand_dims(rec + D + c * 4, 1) + gl.expand_dims(blk, 0),
-                 mask=gl.expand_dims(valid, 1), other=0)
-    return codes, sc
-
-
-@gluon.jit
 def _window_rs_chunk(k_c, codes, sc, q_c, s, c: gl.constexpr, mma_s: gl.constexpr):
     """One window chunk at 4 warps: decoded (``_E4M3_ASM``) straight into wgmma's register A
     layout, its S^T product issued from those registers and the same registers stored
@@ -323,10 +309,11 @@ def _window_split(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_heads
         rec, valid = _window_keys(slot, pos, win_ok, w_i0 + it * 64, w_hi, ring, WINDOW, D,
                                   rows_l)
         if RS:
-            c0, s0 = _window_rs_load(win_ptr, rec, valid, 0, D)
-            c1, s1 = _window_rs_load(win_ptr, rec, valid, 1, D)
-            c2, s2 = _window_rs_load(win_ptr, rec, valid, 2, D)
-            c3, s3 = _window_rs_load(win_ptr, rec, valid, 3, D)
+            L3: gl.constexpr = _win_rs_layout()
+            c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D, L3)
+            c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D, L3)
+            c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D, L3)
+            c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D, L3)
             gl.thread_barrier()  # every warp's wgmmas of the previous step are done
             s = gl.zeros([64, 16], gl.float32, mma_s)
             s = _window_rs_chunk(ks[0], c0, s0, q_s.slice(0, 128, dim=1), s, 0, mma_s)
@@ -336,10 +323,11 @@ def _window_split(q_ptr, win_ptr, kb, q_1, p_s, m_i, l_i, accs, row, h0, n_heads
             s = warpgroup_mma_wait(0, deps=[s])
             # no fence here: the softmax's fence and barrier (before PV) cover the tile
         else:
-            c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D)
-            c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D)
-            c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D)
-            c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D)
+            L3: gl.constexpr = _win_layout(gl.num_warps())
+            c0, s0 = _window_chunk_load(win_ptr, rec, valid, 0, D, L3)
+            c1, s1 = _window_chunk_load(win_ptr, rec, valid, 1, D, L3)
+            c2, s2 = _window_chunk_load(win_ptr, rec, valid, 2, D, L3)
+            c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D, L3)
             gl.thread_barrier()  # every warp's wgmmas of the previous step are done
             _window_chunk_store(ks[0], c0, s0)
             _window_chunk_store(ks[1], c1, s1)
