@@ -207,7 +207,8 @@ def _record_keys(key, entries_ptr, tiles_ptr, CAP: tl.constexpr, NP: tl.constexp
     All of it on the sorted keys, no per-expert histogram: sorted position i of an entry is
     the count prefix of its expert plus its rank, so its destination is i plus the padding
     of the groups before it, an exclusive sum over the groups' last positions (each adds
-    its group's ``-count mod BLOCK_M``); a group's first position comes from a running max.
+    its group's ``-count mod BLOCK_M``, a mask: BLOCK_M is a power of two, as every tile
+    ``arange`` needs); a group's first position comes from a running max.
     (The histogram over ``E_PAD`` bins and its scan it replaces took ~2,850 cycles of the
     single CTA at every row count: session 15's clock stamps, docs/kernels/moe.md.)"""
     for c in range(0, CAP, FILL):
