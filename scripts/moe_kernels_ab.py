@@ -9,26 +9,17 @@ no git). Each copy is swapped into ``api.K`` (the launchers' kernel module) and 
 process. The copies must keep the launchers' kernel signatures.
 """
 
-import importlib.util
-import os
 import sys
 
 import torch
 
 from dsv4_decode.bench import moe as B
 from dsv4_decode.ops.moe import api
-
-
-def load(path):
-    name = os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return name, mod
+from dsv4_decode.utils.module_copy import load_file
 
 
 def main(paths) -> None:
-    mods = {"tree": api.K} | dict(load(p) for p in paths)
+    mods = {"tree": api.K} | {m.__name__: m for m in map(load_file, paths)}
     layer = B.Layer(384, 576, torch.Generator(device="cuda").manual_seed(0))
     for rep in range(2):
         for name, mod in mods.items():

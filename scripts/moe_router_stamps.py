@@ -14,13 +14,12 @@ phases serial, so their sum can exceed what the unstamped kernel takes (docs/ker
 session 15).
 """
 
-import importlib.util
 import sys
-import tempfile
 
 import torch
 
 from dsv4_decode.ops.moe import api
+from dsv4_decode.utils.module_copy import load_source
 
 STAMPS = '''
 @triton.jit
@@ -97,13 +96,7 @@ def stamped_module():
         if anchor not in src:
             raise SystemExit(f"anchor not found (the source changed): {anchor[:60]!r}")
         src = src.replace(anchor, repl)
-    path = tempfile.mkdtemp() + "/moe_stamped.py"
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("moe_stamped", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_source(src, "moe_stamped")
 
 
 class _WithDbg:

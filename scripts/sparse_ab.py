@@ -19,8 +19,6 @@ a device copy of the tree has no git), its ``_wgmma_attn_kernel`` swapped into t
 a kernel change timed against its predecessor in one process.
 """
 
-import importlib.util
-import os
 import sys
 from dataclasses import replace
 
@@ -35,6 +33,7 @@ from dsv4_decode.ops.sparse_attn import (
     wgmma_config,
 )
 from dsv4_decode.ops.sparse_attn import _triton as launcher
+from dsv4_decode.utils.module_copy import load_file
 
 CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
 
@@ -65,11 +64,8 @@ KERNELS = {}  # name -> the _wgmma_attn_kernel it runs (``--kernels``); empty: t
 
 def load_kernel(path):
     """``_wgmma_attn_kernel`` of a copy of ``_gluon.py`` at ``path``."""
-    name = "alt_" + os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return name, mod._wgmma_attn_kernel
+    mod = load_file(path, prefix="alt_")
+    return mod.__name__, mod._wgmma_attn_kernel
 
 
 def cell(requests, q_len, heads, warps=False, splits=(), triton=False) -> None:

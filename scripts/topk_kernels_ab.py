@@ -4,17 +4,15 @@ same inputs, one process (one GPU).
     PYTHONPATH=. python3 scripts/topk_kernels_ab.py OLD.py [ROWSxCOLSxVALID ...] [--k 2048]
 
 e.g. ``git show REV:dsv4_decode/ops/topk/_triton.py > old.py`` (a device copy of the tree has
-no git). The copy's relative imports are made absolute, and its ``launch`` gets this tree's
-workspace (with ``seglist`` / ``rcnt`` allocated here should this tree lack them; a copy
-needing fewer buffers ignores the rest). Each cell is timed tree / copy / tree / copy (CUDA
+no git). The copy's relative imports are made absolute (``utils.module_copy``), and its
+``launch`` gets this tree's workspace (with ``seglist`` / ``rcnt`` allocated here should this
+tree lack them; a copy needing fewer buffers ignores the rest). Each cell is timed tree / copy / tree / copy (CUDA
 graph of 20 calls, median of 20 replays, as ``bench topk``) and the outputs are compared
 bitwise. Cells default to folded grids of the bench and two unfolded ones (session 15 ran it
 with the tree and the copy swapped: the copy was the change). Prints one line a cell.
 """
 
-import importlib.util
 import sys
-import tempfile
 import types
 
 import torch
@@ -23,24 +21,12 @@ from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _triton, make_topk_workspace
 from dsv4_decode.ops.topk.config import NSEG
+from dsv4_decode.utils.module_copy import load_file
 
 CELLS = [(6, 1048576, "all"), (12, 1048576, "all"), (24, 1048576, "all"),
          (48, 1048576, "1/8"), (64, 1048576, "all"), (12, 1048576, "1/8"),
          (6, 1048576, "1/8"), (12, 524288, "all"), (24, 262144, "all"), (48, 262144, "all"),
          (1, 65536, "all"), (6, 262144, "all")]
-
-
-def load_copy(path):
-    src = open(path).read()
-    src = src.replace("from . import ref", "from dsv4_decode.ops.topk import ref")
-    src = src.replace("from .config import", "from dsv4_decode.ops.topk.config import")
-    tmp = tempfile.mkdtemp() + "/topk_copy.py"
-    with open(tmp, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("topk_copy", tmp)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def old_workspace(ws):
@@ -86,7 +72,7 @@ def main(argv) -> None:
         i = argv.index("--k")
         k = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2:]
-    old = load_copy(argv[0])
+    old = load_file(argv[0], package="dsv4_decode.ops.topk")
     cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv[1:])] or CELLS
     print(torch.cuda.get_device_name())
     for rows, cols, valid in cells:
