@@ -6,10 +6,11 @@ same inputs, one process (one GPU).
 e.g. ``git show REV:dsv4_decode/ops/topk/_triton.py > old.py`` (a device copy of the tree has
 no git). The copy's relative imports are made absolute (``utils.module_copy``), and its
 ``launch`` gets this tree's workspace (with ``seglist`` / ``rcnt`` allocated here should this
-tree lack them; a copy needing fewer buffers ignores the rest). Each cell is timed tree / copy / tree / copy (CUDA
-graph of 20 calls, median of 20 replays, as ``bench topk``) and the outputs are compared
-bitwise. Cells default to folded grids of the bench and two unfolded ones (session 15 ran it
-with the tree and the copy swapped: the copy was the change). Prints one line a cell.
+tree lack them; a copy needing fewer buffers ignores the rest). Each cell is timed tree /
+copy / tree / copy (CUDA graph of 20 calls, median of 20 replays, as ``bench topk``) and the
+outputs are compared bitwise. Cells default to folded grids of the bench and two unfolded
+ones (session 15 ran it with the tree and the copy swapped: the copy was the change). Prints
+one line a cell.
 """
 
 import sys
