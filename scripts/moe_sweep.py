@@ -8,8 +8,7 @@ W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 
 stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills), and in the
 split configs W1|W3 capped at 128 / 104 / 96 registers (8 / 9 / 10 CTAs a SM); with ``wide`` (for
 ``ROUND1``'s rows, 12 up): W1|W3 at more CTAs a SM (capped at 168 or 160 registers, 64-row
-tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``gemv``: the few-row GEMV
-kernels at the ``GEMV_TILES`` tiles, the list run twice; with ``layout``: ``pick`` on the
+tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``layout``: ``pick`` on the
 bank as ``prepare_moe_weights`` lays it out (W2 granule-major at I = 576) and on the same bank
 with W2 row-major, in one process (one GPU: no device-to-device spread). Variants equal to
 ``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
@@ -27,7 +26,6 @@ import torch
 from dsv4_decode.bench import moe as B
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.moe import (
-    GemvConfig,
     MoEConfig,
     alloc_moe_workspace,
     alloc_routing,
@@ -38,24 +36,9 @@ from dsv4_decode.ops.moe import (
 )
 
 
-# up_n (W1|W3 outputs an item), up_warps, up_hoist; down_d, down_warps, down_hoist
-GEMV_TILES = {
-    "g_n8w4h5_d16w8h9": GemvConfig(),
-    "g_n4w2h5_d16w8h9": GemvConfig(up_n=4, up_warps=2),
-    "g_n2w1h5_d16w8h9": GemvConfig(up_n=2, up_warps=1),
-    "g_n8w4h2_d16w8h3": GemvConfig(up_hoist=2, down_hoist=3),
-    "g_n16w4h2_d32w8h9": GemvConfig(up_n=16, up_hoist=2, down_d=32),
-    "g_n8w4h5_d8w4h9": GemvConfig(down_d=8, down_warps=4),
-}
-
-
 def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
     pick = pick_config(rows, 6, True, 576)
     out = {"pick": pick}
-    if mode == "gemv":  # the few-row GEMV kernels' tiles (_gemv.py), each beside pick twice
-        for name, g in GEMV_TILES.items():
-            out[name] = MoEConfig(gemv=g)
-        return out
     if mode == "wide":  # W1|W3 occupancy around ROUND1 (192 registers: 5 CTAs a SM)
         out["w13_cap168"] = dataclasses.replace(pick, up_maxnreg=168)  # 6 CTAs, 12 B spilled
         out["w13_cap160_stages2"] = dataclasses.replace(pick, up_maxnreg=160, up_stages=2)
@@ -99,8 +82,6 @@ def main(rows_list: list[int], mode: str = "") -> None:
             runs = [("pick", pick, layer.prepared), ("w2_rowmajor", pick, row_major)] * 2
         else:
             runs = [(name, cfg, layer.prepared) for name, cfg in variants(rows, mode).items()]
-            if mode == "gemv":  # alternated: pick, the variants, pick, the variants
-                runs = runs + runs
         for name, cfg, bank in runs:
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
             state = {"i": 0}

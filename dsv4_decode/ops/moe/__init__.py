@@ -13,11 +13,11 @@ from .api import (
     route,
     stack_experts,
 )
-from .config import GemvConfig, MoEConfig, pick_config
+from .config import MoEConfig, pick_config
 from .ref import moe_experts_ref, route_ref
 
 __all__ = [
-    "GemvConfig", "MoEConfig", "MoEWeights", "MoEWorkspace", "Routing", "alloc_moe_workspace",
-    "alloc_routing", "build_routing", "moe_experts", "moe_experts_ref", "pick_config", "prepare_moe_weights",
+    "MoEConfig", "MoEWeights", "MoEWorkspace", "Routing", "alloc_moe_workspace", "alloc_routing",
+    "build_routing", "moe_experts", "moe_experts_ref", "pick_config", "prepare_moe_weights",
     "repack_mxfp4", "route", "route_ref", "stack_experts",
 ]

@@ -258,34 +258,6 @@ def _halves(bits, INTERPRETER: tl.constexpr):
 
 
 @triton.jit
-def _mx4_dequant(q, ws, SCALE_BLOCK: tl.constexpr, INTERPRETER: tl.constexpr):
-    """Repacked MXFP4 words ``q`` int32 ``[BN, KW]`` (8 values each, see above) and their
-    ue8m0 scale bytes ``ws`` ``[BN, 8 KW / SCALE_BLOCK]`` -> bf16 ``[BN, 8 KW]`` in k order,
-    exactly ``2^-63`` times the weights (normal numbers: ``ws`` in [64, 191]). On the GPU
-    packed ``mul.bf16x2`` multiplies (the 0.5 code enters as a bf16 subnormal, kept by
-    HMUL2); INTERPRETER: the exact scale product in fp32 (the interpreter's bf16 arithmetic
-    works on raw bit patterns)."""
-    BN: tl.constexpr = q.shape[0]
-    BLOCK_K: tl.constexpr = 8 * q.shape[1]
-    l0, h0 = _halves(q & _M2, INTERPRETER)
-    l1, h1 = _halves((q << 3) & _M2, INTERPRETER)
-    l2, h2 = _halves((q << 6) & _M2, INTERPRETER)
-    l3, h3 = _halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100) | ((q << 1) & _SIGN2),
-                     INTERPRETER)
-    # k order within the word: l0 h0 l2 h2 l1 h1 l3 h3 (api.REPACK_BITS)
-    w = tl.join(tl.join(tl.join(l0, l1), tl.join(l2, l3)),
-                tl.join(tl.join(h0, h1), tl.join(h2, h3)))
-    sc = ((ws.to(tl.int32) + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
-    w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
-    if INTERPRETER:
-        wf = ((w.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
-        w = (wf * sc.to(tl.float32)[:, :, None]).to(tl.bfloat16)
-    else:
-        w = w.to(tl.bfloat16, bitcast=True) * sc[:, :, None]
-    return w.reshape(BN, BLOCK_K)
-
-
-@triton.jit
 def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_ptr, wrows,
              n_ok, SCALE_BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, GRANULE_N: tl.constexpr,
              INTERPRETER: tl.constexpr):
@@ -297,6 +269,7 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     2^-63 times the true product (see above). INTERPRETER: the CPU interpreter's variant (no
     inline PTX; the exact scale product in fp32, as its bf16 arithmetic works on raw bit
     patterns)."""
+    BN: tl.constexpr = acc.shape[0]
     offs_w = it * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
     if GRANULE_N:  # word c of row r at (c // 8) * 8N + 8r + c % 8
         w_ptrs = w_ptr + ((offs_w // 8)[None, :] * (8 * GRANULE_N) + wrows[:, None] * 8
@@ -304,12 +277,28 @@ def _mx4_dot(acc, x_ptr, rows, row_ok, stride_x, it, K: tl.constexpr, w_ptr, s_p
     else:
         w_ptrs = w_ptr + wrows[:, None] * (K // 8) + offs_w[None, :]
     q = tl.load(w_ptrs, mask=n_ok[:, None], other=0)
+    l0, h0 = _halves(q & _M2, INTERPRETER)
+    l1, h1 = _halves((q << 3) & _M2, INTERPRETER)
+    l2, h2 = _halves((q << 6) & _M2, INTERPRETER)
+    l3, h3 = _halves(((q >> 4) & 0x00C000C0) | ((q >> 5) & 0x01000100) | ((q << 1) & _SIGN2),
+                     INTERPRETER)
+    # k order within the word: l0 h0 l2 h2 l1 h1 l3 h3 (api.REPACK_BITS)
+    w = tl.join(tl.join(tl.join(l0, l1), tl.join(l2, l3)),
+                tl.join(tl.join(h0, h1), tl.join(h2, h3)))
     offs_s = it * (BLOCK_K // SCALE_BLOCK) + tl.arange(0, BLOCK_K // SCALE_BLOCK)
     # the [BN, BK/b] byte tile streams (cp.async) only from 4 bytes a thread: BN * BK/b >=
     # 4 x the CTA's threads (why W1|W3 takes its gate and up rows in one tile)
     ws = tl.load(s_ptr + wrows[:, None] * (K // SCALE_BLOCK) + offs_s[None, :],
-                 mask=n_ok[:, None], other=127)
-    w = _mx4_dequant(q, ws, SCALE_BLOCK, INTERPRETER)
+                 mask=n_ok[:, None], other=127).to(tl.int32)
+    sc = ((ws + 63) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(s-64)
+    w = w.reshape(BN, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK)
+    if INTERPRETER:
+        wf = ((w.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+        w = (wf * sc.to(tl.float32)[:, :, None]).to(tl.bfloat16)
+    else:
+        # packed bf16x2 multiplies; the 0.5 code enters as a bf16 subnormal (kept by HMUL2)
+        w = w.to(tl.bfloat16, bitcast=True) * sc[:, :, None]
+    w = w.reshape(BN, BLOCK_K)
     offs_k = it * BLOCK_K + tl.arange(0, BLOCK_K)
     xt = tl.load(x_ptr + rows[None, :] * stride_x + offs_k[:, None], mask=row_ok[None, :],
                  other=0.0)

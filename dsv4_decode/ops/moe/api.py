@@ -24,9 +24,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from . import _gemv as G
 from . import _triton as K
-from .config import GemvConfig, MoEConfig, pick_config
+from .config import MoEConfig, pick_config
 
 MAX_ENTRIES = 4096  # rows * top_k handled by the one-CTA routing record (sort width)
 
@@ -482,9 +481,6 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
             workspace.tick.numel() != n_up_ticks + n_down_ticks:
         _fail("workspace", f"h {tuple(workspace.h.shape)}, gu {tuple(workspace.gu.shape)}",
               f"alloc_moe_workspace({t}, {k}, {d}, {inter}, device, config) (up_split {split})")
-    if cfg.gemv is not None:
-        _gemv_experts(x, routing, weights, out, workspace.h, cfg.gemv)
-        return out
     n_entries = t * k
     tiles = routing.max_tiles
     shared = weights.shared
@@ -522,29 +518,3 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
             workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
             TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
     return out
-
-
-def _gemv_experts(x: torch.Tensor, routing: Routing, w: MoEWeights, out: torch.Tensor,
-                  h: torch.Tensor, g: GemvConfig) -> None:
-    """The few-row path (``_gemv.py``): W1|W3 + SwiGLU -> ``h``, then W2 of every slot and
-    the shared expert -> ``out``; two launches, reading ``routing.ids`` / ``weights`` only
-    (not the record)."""
-    t, d = x.shape
-    k, inter, block = routing.top_k, w.inter, w.block
-    if inter % 64:
-        _fail("config.gemv", g, f"I = {inter} a multiple of 64 (W2 in 64-input granules)")
-    kw = _k_step(8 * g.up_kw, d) // 8  # K chunks without a tail
-    shared = w.shared
-    sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
-                                                              w.w2_scales)
-    sh_items, grid = G.up_grid(t, k, inter, g.up_n, shared is not None)
-    interp = not x.is_cuda
-    G._gemv_up_kernel[(grid,)](
-        x, routing.ids, w.w13, w.w13_scales, sw13, ss13, h, x.stride(0), sh_items, T=t, D=d,
-        I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_N=g.up_n, BLOCK_KW=kw,
-        HOIST=min(g.up_hoist, d // (8 * kw)), INTERPRETER=interp, num_warps=g.up_warps)
-    G._gemv_down_kernel[(triton.cdiv(d, g.down_d), t)](
-        h, routing.ids, routing.weights, w.w2, w.w2_scales, sw2, ss2, out, out.stride(0),
-        t * k, D=d, I=inter, TOP_K=k, K_PAD=_np2(k), SCALE_BLOCK=block, BLOCK_D=g.down_d,
-        HOIST=min(g.down_hoist, inter // 64), W2_GRANULE=w.w2_granule,
-        HAS_SHARED=shared is not None, INTERPRETER=interp, num_warps=g.down_warps)

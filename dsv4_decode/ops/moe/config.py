@@ -6,33 +6,6 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class GemvConfig:
-    """Tiles of the few-row GEMV kernels (``_gemv.py``; all powers of two).
-
-    up_n: W1|W3 outputs per routed item (its W1 and W3 rows: ``2 up_n`` weight rows; a
-    shared-expert item takes ``up_n / 2``); up_kw: words (8 inputs) per K chunk; up_hoist:
-    K chunks whose loads issue together; down_d: W2 outputs per CTA; down_hoist: 64-input
-    granules whose loads issue together; up_warps / down_warps: warps per CTA."""
-
-    up_n: int = 8
-    up_kw: int = 128
-    up_hoist: int = 5
-    up_warps: int = 4
-    down_d: int = 16
-    down_hoist: int = 9
-    down_warps: int = 8
-
-    def __post_init__(self):
-        for name in ("up_n", "up_kw", "down_d"):
-            v = getattr(self, name)
-            if v < 2 or v & (v - 1):
-                raise ValueError(f"GemvConfig.{name}: got {v}, needs a power of two >= 2")
-        for name in ("up_hoist", "down_hoist", "up_warps", "down_warps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GemvConfig.{name}: got {getattr(self, name)}, needs >= 1")
-
-
-@dataclass(frozen=True)
 class MoEConfig:
     """Tile sizes of ``_moe_up_kernel`` / ``_moe_down_kernel`` (all powers of two).
 
@@ -42,8 +15,7 @@ class MoEConfig:
     (1..16; > 1 writes fp32 partials that one more launch sums in order, so few-row grids fill
     the GPU). num_warps: both kernels; up_stages / num_stages: pipeline depth of W1|W3 / W2.
     up_maxnreg: register cap of W1|W3 (0: the compiler's choice; 128 lets 8 two-warp CTAs
-    share an SM instead of 5). gemv: run the few-row GEMV kernels (``_gemv.py``) with these
-    tiles instead of the tensor-core ones (whose fields above then do not apply).
+    share an SM instead of 5).
     """
 
     block_m: int = 16
@@ -56,7 +28,6 @@ class MoEConfig:
     up_stages: int = 4
     up_maxnreg: int = 128
     up_split: int = 1
-    gemv: GemvConfig | None = None
 
     def __post_init__(self):
         for name in ("block_m", "up_n", "up_k", "down_n", "down_k"):
