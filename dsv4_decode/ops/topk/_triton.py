@@ -309,15 +309,16 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     n_seg = (len_e + SEG - 1) // SEG
     if (c == 0) | (LIST & (c * RS < n_seg)):  # regions past the length skip T0 too
+        if LIST:  # issued before T0's loads (they do not depend on it): their L2 round trip
+            i = c * RS + tl.arange(0, RS)  # overlaps T0's instead of following it
+            smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i, mask=i < n_seg, other=0)
         t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK, LMAX, TARGET,
                             GROUPS, R, LOG_R)
         if c == 0:
             tl.store(thr_ptr + row, t0)
             tl.store(cnt_ptr + row, 0)
         if LIST:
-            i = c * RS + tl.arange(0, RS)
-            act = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i, mask=i < n_seg,
-                          other=0) >= t0  # t0 >= 1
+            act = smax >= t0  # t0 >= 1
             pos = c * RS + tl.cumsum(act.to(tl.int32), axis=0) - 1
             tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)
             tl.store(rcnt_ptr + row.to(tl.int64) * stride_r + c,
