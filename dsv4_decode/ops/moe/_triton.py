@@ -460,9 +460,8 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
-        # issued beside the expert's load, not after it: the x tile waits on one round trip
-        ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
         if e >= 0:  # tiles past the last expert's group are idle
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             w = w13_ptr + e * (2 * I) * (D // 8)
@@ -535,8 +534,8 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
     if pid_m >= SH_TILES:
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)
-        ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)  # beside e (see _moe_up_kernel)
         if e >= 0:
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             w = w2_ptr + e * D * (I // 8)
