@@ -2,7 +2,9 @@
 
 For each ``<op>.csv`` one horizontal bar chart: a group of bars per case (the latest row of each
 implementation on the chosen GPU; the legend names the commits they come from), a tick for the
-byte floor, log-scaled microseconds.
+byte floor, log-scaled microseconds. For ``topk.csv`` also ``topk_goals.png``: the issue's
+48-cell k = 512 goal table as a grid, each cell ours / goal (green at or below the goal, red
+above) with both numbers written in it.
 Needs matplotlib (``pip install dsv4_decode[plot]``).
 """
 
@@ -24,6 +26,59 @@ def latest_rows(path: Path, gpu: str | None = None) -> dict[str, dict[str, dict]
                 continue
             table.setdefault(row["case"], {})[row["impl"]] = row
     return table
+
+
+def topk_goal_grid(table: dict[str, dict[str, dict]]):
+    """The k = 512 goal cells of ``latest_rows(topk.csv)``: ``(row_labels, col_labels, cells)``
+    with ``cells[i][j]`` = ``(ours_us, goal_us, commit)`` for (cols, valid) ``i`` and row count
+    ``j``; ``ours_us`` and ``commit`` None where the CSV has no ``ours`` row of that cell."""
+    from dsv4_decode.bench.topk import GOAL, ROWS
+
+    labels, cells = [], []
+    for (cols, valid), goals in GOAL.items():
+        labels.append(f"{cols:,} cols, {valid} valid")
+        line = []
+        for rows, goal in zip(ROWS, goals, strict=True):
+            row = table.get(f"rows={rows},cols={cols},valid={valid},k=512", {}).get("ours")
+            line.append((float(row["us"]) if row else None, goal, row["commit"] if row else None))
+        cells.append(line)
+    return labels, [f"{r} row{'s' if r > 1 else ''}" for r in ROWS], cells
+
+
+def plot_topk_goals(table: dict[str, dict[str, dict]], out_dir: Path) -> Path | None:
+    """``topk_goals.png`` from ``topk_goal_grid`` (module docstring); None without rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    labels, cols, cells = topk_goal_grid(table)
+    if all(us is None for line in cells for us, _, _ in line):
+        return None
+    ratio = [[us / goal if us else float("nan") for us, goal, _ in line] for line in cells]
+    fig, ax = plt.subplots(figsize=(9, 6.5))
+    img = ax.imshow(ratio, cmap="RdYlGn_r", norm=LogNorm(vmin=0.5, vmax=2.0), aspect="auto")
+    for i, line in enumerate(cells):
+        for j, (us, goal, _) in enumerate(line):
+            text = f"{us:.1f}\n/ {goal:.1f}" if us else f"–\n/ {goal:.1f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(labels)), labels)
+    met = sum(us is not None and us <= goal for line in cells for us, goal, _ in line)
+    commits = sorted({c for line in cells for us, _, c in line if us is not None})
+    ax.set_title(f"decode_topk, k = 512: ours / goal µs ({met} of "
+                 f"{sum(map(len, cells))} cells at or below the goal)\n"
+                 f"latest 'ours' row of each cell, commit {', '.join(commits)}", fontsize=9)
+    bar = fig.colorbar(img, ax=ax, label="ours / goal (log scale)")
+    ticks = (0.5, 0.75, 1.0, 1.5, 2.0)
+    bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
+    bar.minorticks_off()
+    fig.tight_layout()
+    out = out_dir / "topk_goals.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def plot_op(path: Path, out_dir: Path, gpu: str | None = None) -> Path | None:
@@ -76,4 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     for path in csvs:
         png = plot_op(path, out_dir, args.gpu)
         print(f"{path.name} -> {png}" if png else f"{path.name}: no rows")
+        if path.stem == "topk" and png:
+            print(f"{path.name} -> {plot_topk_goals(latest_rows(path, args.gpu), out_dir)}")
     return 0
