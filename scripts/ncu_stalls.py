@@ -1,6 +1,7 @@
 """Summarise Nsight Compute's source-level SASS CSV (``ncu --page source --csv --print-source
-sass``) as text: stall reasons over all samples, the instruction mix, shared-memory wavefronts
-(and the excessive ones: bank conflicts), and the instructions with the most stall samples.
+sass``) as text, per kernel of the report: stall reasons over all samples, the instruction mix,
+shared-memory wavefronts (and the excessive ones: bank conflicts), and the instructions with
+the most stall samples.
 
     python3 scripts/ncu_stalls.py NAME.sass.csv [...]   # writes NAME.stalls.txt beside each
 
@@ -14,9 +15,26 @@ import csv
 import sys
 
 
+def sections(path: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The CSV's kernels: ``(name, header, rows)`` each. A report of several kernels holds one
+    block per kernel, each opened by a ``"Kernel Name", name`` row and its own header row."""
+    out = []
+    for r in csv.reader(open(path)):
+        if r and r[0] == "Kernel Name":
+            out.append((r[1] if len(r) > 1 else "?", None, []))
+        elif out and out[-1][1] is None:
+            out[-1] = (out[-1][0], r, [])
+        elif out and len(r) == len(out[-1][1]):
+            out[-1][2].append(r)
+    return out
+
+
 def summarize(path: str, top: int = 30) -> str:
-    rows = list(csv.reader(open(path)))
-    header, data = rows[1], rows[2:]  # row 0 names the kernel
+    return "".join(f"=== {name}\n" + summarize_kernel(header, data, top)
+                   for name, header, data in sections(path))
+
+
+def summarize_kernel(header: list[str], data: list[list[str]], top: int = 30) -> str:
     col = {h: i for i, h in enumerate(header)}
     stalls = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
 
