@@ -53,8 +53,8 @@ def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
         for n in (1, 2, 3):
             out[f"w13_stages{n}"] = dataclasses.replace(pick, up_stages=n)
         out["w13_stages4_nocap"] = dataclasses.replace(pick, up_stages=4, up_maxnreg=0)
-        if pick.up_split > 1:  # 128 (8 CTAs a SM), 104 (9, no spill), 96 (10, one spilled
-            for cap in (128, 104, 96):  # register)
+        if pick.up_split > 1:  # register caps: 8 / 9 / 10 / 12 CTAs a SM
+            for cap in (128, 104, 96, 80):
                 out[f"w13_maxnreg{cap}"] = dataclasses.replace(pick, up_maxnreg=cap)
         return {k: v for k, v in out.items() if k == "pick" or v != pick}
     for split in (2, 4, 8, 16):
