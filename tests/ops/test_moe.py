@@ -13,6 +13,8 @@ expert, weight, nibble order or scale would give (O(1) relative).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -263,6 +265,22 @@ def test_experts_w2_layouts(device, inter):
     x = torch.randn(5, D, generator=gen).to(torch.bfloat16).to(device)
     y = run_experts(x, r, weights, config=cpu_config(2), prepared=prepared)
     check_close(y, ref_experts(x, r, weights))
+
+
+@pytest.mark.parametrize("case", ["same", "random"])
+def test_experts_record_tiles_of_8(device, cpu_experts, case):
+    """Record tiles of 8 entries (``alloc_routing(block_m=8)`` with ``MoEConfig(block_m=8)``)
+    above 8 rows: "same" gives each of its experts 17 entries, three tiles of one expert."""
+    gen = torch.Generator().manual_seed(17)
+    ids = (same_ids if case == "same" else random_ids)(17, 2, E, gen)
+    r = build_routing(ids.to(device), rand_weights(17, 2, gen).to(device), E,
+                      out=alloc_routing(17, 2, E, D, device, block_m=8))
+    check_record(r)
+    x = torch.randn(17, D, generator=gen).to(torch.bfloat16).to(device)
+    weights = tuple(t.to(device) for t in cpu_experts[:4]) + (
+        tuple(t.to(device) for t in cpu_experts[4]),)
+    cfg = dataclasses.replace(cpu_config(2), block_m=8)
+    check_close(run_experts(x, r, weights, config=cfg), ref_experts(x, r, weights))
 
 
 @pytest.mark.parametrize("split", [1, 2])

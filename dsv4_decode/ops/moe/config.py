@@ -9,7 +9,8 @@ from dataclasses import dataclass
 class MoEConfig:
     """Tile sizes of ``_moe_up_kernel`` / ``_moe_down_kernel`` (all powers of two).
 
-    block_m: entries per tile (rows of one expert, padded; the tensor-core minimum is 16).
+    block_m: entries per tile (rows of one expert, padded; mma.sync's N side: 8 or more), the
+    routing record's tile (``Routing.block_m``).
     up_n / down_n: output channels per CTA (of I for W1|W3, of D for W2); up_k / down_k: the
     K step (halved where it does not divide K, or the K chunk). up_split: W1|W3 split-K factor
     (1..16; > 1 writes fp32 partials that one more launch sums in order, so few-row grids fill
@@ -30,7 +31,9 @@ class MoEConfig:
     up_split: int = 1
 
     def __post_init__(self):
-        for name in ("block_m", "up_n", "up_k", "down_n", "down_k"):
+        if self.block_m < 8 or self.block_m & (self.block_m - 1):
+            raise ValueError(f"MoEConfig.block_m: got {self.block_m}, needs a power of two >= 8")
+        for name in ("up_n", "up_k", "down_n", "down_k"):
             v = getattr(self, name)
             if v < 16 or v & (v - 1):
                 raise ValueError(f"MoEConfig.{name}: got {v}, needs a power of two >= 16")
