@@ -183,28 +183,33 @@ def check_record(r):
     assert r.tiles.cpu().tolist() == tiles
 
 
-def test_build_routing_record(device):
+@pytest.mark.parametrize("block_m,tiles", [(8, 10), (16, 9)])
+def test_build_routing_record(device, block_m, tiles):
     gen = torch.Generator().manual_seed(3)
     ids = random_ids(9, 3, 8, gen)
     ids[4] = -1
-    r = build_routing(ids.to(device), rand_weights(9, 3, gen).to(device), 8)
-    assert r.max_tiles == max_tiles(9, 3, 8) == 9
+    r = build_routing(ids.to(device), rand_weights(9, 3, gen).to(device), 8,
+                      out=alloc_routing(9, 3, 8, 1, device, block_m=block_m))
+    assert r.block_m == block_m and r.max_tiles == max_tiles(9, 3, 8, block_m) == tiles
     check_record(r)
 
 
-def test_build_routing_record_group_sizes(device):
-    """Groups of exactly one tile (no padding), one entry past a tile, several tiles and a
+@pytest.mark.parametrize("block_m,head", [(8, [0, 2, 2, 5, 5, 5, 7, 7, 7, 7]),
+                                          (16, [0, 2, 5, 5, 7, 7])])
+def test_build_routing_record_group_sizes(device, block_m, head):
+    """Groups of exactly whole tiles (no padding), one entry past them, several tiles and a
     single entry, in one record: the padding between groups and the tile table at each
-    boundary (``_record_keys``'s sorted-key arithmetic)."""
+    boundary (``_record_keys``'s sorted-key arithmetic), at tiles of 8 (the default) and 16."""
     rows = 33
     ids = torch.full((rows, 2), -1, dtype=torch.int32)
-    ids[:16, 0] = 2  # 16 entries: one full tile
-    ids[16:33, 0] = 5  # 17: a tile and one entry
-    ids[:32, 1] = 7  # 32: two full tiles
+    ids[:16, 0] = 2  # 16 entries: whole tiles
+    ids[16:33, 0] = 5  # 17: whole tiles and one entry
+    ids[:32, 1] = 7  # 32: whole tiles
     ids[32, 1] = 0  # 1
-    r = build_routing(ids.to(device), torch.ones(rows, 2).to(device), 8)
+    r = build_routing(ids.to(device), torch.ones(rows, 2).to(device), 8,
+                      out=alloc_routing(rows, 2, 8, 1, device, block_m=block_m))
     check_record(r)
-    assert r.tiles.cpu().tolist()[:6] == [0, 2, 5, 5, 7, 7]
+    assert r.tiles.cpu().tolist()[:len(head)] == head
 
 
 # --------------------------------------------------------------------------- CPU: experts

@@ -25,7 +25,7 @@ import torch
 import triton
 
 from . import _triton as K
-from .config import MoEConfig, pick_config
+from .config import BLOCK_M, MoEConfig, pick_config
 
 MAX_ENTRIES = 4096  # rows * top_k handled by the one-CTA routing record (sort width)
 
@@ -104,7 +104,7 @@ class Routing:
     tick: torch.Tensor
     logits: torch.Tensor
     n_experts: int
-    block_m: int = 16
+    block_m: int = BLOCK_M
 
     @property
     def rows(self) -> int:
@@ -119,14 +119,14 @@ class Routing:
         return self.entries.numel() // self.block_m
 
 
-def max_tiles(rows: int, top_k: int, n_experts: int, block_m: int = 16) -> int:
+def max_tiles(rows: int, top_k: int, n_experts: int, block_m: int = BLOCK_M) -> int:
     """Worst-case tile count: ``sum_e ceil(c_e / bm) <= (T*k + min(E, T*k) * (bm-1)) // bm``."""
     n = rows * top_k
     return (n + min(n_experts, n) * (block_m - 1)) // block_m
 
 
 def alloc_routing(rows: int, top_k: int, n_experts: int, hidden: int, device,
-                  block_m: int = 16) -> Routing:
+                  block_m: int = BLOCK_M) -> Routing:
     """Empty ``Routing`` buffers for ``rows`` rows (reuse them as ``out=`` under a graph)."""
     if rows < 1 or rows * top_k > MAX_ENTRIES:
         _fail("rows", rows, f">= 1 and rows * top_k <= {MAX_ENTRIES}")
