@@ -1,8 +1,9 @@
-"""Probe: the MoE layer (CUDA-graph replay, as ``bench moe``) with the expert kernels' MMA
-width at 8 entries (``api._mma_rows``, 1-8 rows) against 16, and pipeline variants at 8; above
-8 rows, record tiles of 8 entries (``alloc_routing(block_m=8)`` with ``MoEConfig(block_m=8)``)
-against 16, after checking that both give the same output bitwise. One process (one GPU), each
-variant timed twice, alternated. No CSV: one line a row count.
+"""Probe: the MoE layer (CUDA-graph replay, as ``bench moe``) with routing-record tiles (the
+expert kernels' MMA width) of 16 entries against the default 8 (``config.BLOCK_M``), and at
+1-6 rows pipeline variants at 8, after checking that every variant gives the default's output
+bitwise. One process (one GPU), each variant timed twice, alternated. No CSV: one line a row
+count. Session 16 ran its first form (runs 7 and 10: the 8-wide MMA then read the first 8 of
+16-entry tiles up to 8 rows, ``api._mma_rows``; above, tiles of 8 against 16).
 
     PYTHONPATH=. python3 scripts/moe_mma_rows_ab.py [1,6,12,48]
 """
@@ -17,26 +18,22 @@ from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.moe import (
     alloc_moe_workspace,
     alloc_routing,
-    api,
     moe_experts,
     pick_config,
     route,
 )
 
-RULE = api._mma_rows
-
 
 def variants(rows: int):
+    """(name, config, record tile)"""
     pick = pick_config(rows, 6, True, 576)
-    if rows > 8:  # (name, config, MMA-width rule, record tile)
-        return [("tile16", pick, RULE, 16),
-                ("tile8", dataclasses.replace(pick, block_m=8), RULE, 8)]
-    out = [("mma16", pick, lambda r, bm: bm), ("mma8", pick, RULE)]
-    if pick.up_split > 1:  # the split configs (1-6 rows): a third W1|W3 stage, W2 stages
-        out.append(("mma8_up3", dataclasses.replace(pick, up_stages=3), RULE))
-        out.append(("mma8_down+1", dataclasses.replace(pick, num_stages=pick.num_stages + 1),
-                    RULE))
-    return [v + (16,) for v in out]
+    out = [("tile8", pick, 8), ("tile16", dataclasses.replace(pick, block_m=16), 16)]
+    if pick.up_split > 1:  # the split configs (1-6 rows): W1|W3 and W2 pipeline depths
+        out.append(("tile8_up" + str(5 - pick.up_stages),
+                    dataclasses.replace(pick, up_stages=5 - pick.up_stages), 8))  # 2 <-> 3
+        out.append(("tile8_down+1", dataclasses.replace(pick, num_stages=pick.num_stages + 1),
+                    8))
+    return out
 
 
 def main(rows_list):
@@ -49,8 +46,7 @@ def main(rows_list):
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
         res, first = [], {}
         for _rep in range(2):
-            for name, cfg, rule, tile in variants(rows):
-                api._mma_rows = rule
+            for name, cfg, tile in variants(rows):
                 routing = routings[tile]
                 ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
                 route(xs[0], *layer.gates[0], top_k=6, out=routing)
@@ -68,9 +64,8 @@ def main(rows_list):
                                 workspace=ws, config=cfg)
 
                 res.append(f"{name} {graph_time_us(fn, calls=B.CALLS):.2f}")
-        api._mma_rows = RULE
         print(f"rows={rows}: " + ", ".join(res), flush=True)
 
 
 if __name__ == "__main__":
-    main([int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,6").split(",")])
+    main([int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,6,12,48").split(",")])

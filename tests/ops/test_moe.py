@@ -583,15 +583,14 @@ for rows, inter in ((1, 576), (6, 576), (12, 576), (48, 576), (1, 2304), (48, 23
     for name, cfg in cfgs:
         s = cfg.up_split
         bk = api._k_step(cfg.up_k, D // s)
-        bm = api._mma_rows(rows, cfg.block_m)  # the MMA width the launch takes
-        const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=bm, TILE_M=cfg.block_m,
+        const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=cfg.block_m,
                      BLOCK_N=cfg.up_n, BLOCK_K=bk, SPLIT=s, JOIN=api._join_gate_up(cfg, bk, 32),
                      INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
         if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without
-            const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=bm,
-                         TILE_M=cfg.block_m, BLOCK_N=cfg.down_n,
+            const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=cfg.block_m,
+                         BLOCK_N=cfg.down_n,
                          BLOCK_K=api._k_step(cfg.down_k, inter), COMBINE=rows <= 3,
                          W2_GRANULE=inter % 128 == 64, INTERPRETER=False)
             out[f"down-{name}-T{rows}-I{inter}"] = build(K._moe_down_kernel, const,
@@ -623,8 +622,8 @@ def test_compiles_for_sm90_without_spills():
     the row strides as multiples of 16 (as every launch does), in every measured run since
     round 2 and bounded here: the router logits tile of > 32 rows (8 B). (The split-8 W1|W3
     spill of 20 B went in session 7 with the one-tile gate|up step; the one register the
-    96-register cap spilled at 6 rows since session 9 went in session 16 with the 8-entry
-    MMA width, ``api._mma_rows``.)"""
+    96-register cap spilled at 6 rows since session 9 went in session 16 with record tiles of
+    8 entries, ``config.BLOCK_M``.)"""
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)

@@ -432,12 +432,10 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                    gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
                    I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT: tl.constexpr, JOIN: tl.constexpr, TILE_M: tl.constexpr,
-                   INTERPRETER: tl.constexpr):
+                   SPLIT: tl.constexpr, JOIN: tl.constexpr, INTERPRETER: tl.constexpr):
     """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
     rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
-    beyond: routed tile ``pid_m - SH_TILES``: the first BLOCK_M of the record's TILE_M entries
-    of tile ``pid_m - SH_TILES`` (all of them: ``api._mma_rows``), one expert. Each CTA takes
+    beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
     BLOCK_N of the I outputs and K chunk ``pid_s`` of SPLIT (``_up_store``; ticket
     ``tick[pid_m * I/BLOCK_N + n block]``). Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights
     as the MMA's M side: few rows per tile). JOIN (``api._join_gate_up``): W1's and W3's
@@ -463,7 +461,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
         if e >= 0:  # tiles past the last expert's group are idle
-            ent = tl.load(entries_ptr + tile * TILE_M + offs_m)
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
             w = w13_ptr + e * (2 * I) * (D // 8)
@@ -520,7 +518,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
                      D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, W2_GRANULE: tl.constexpr,
-                     TILE_M: tl.constexpr, INTERPRETER: tl.constexpr):
+                     INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
     grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
     first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``; the api sets it
@@ -537,7 +535,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)
         if e >= 0:
-            ent = tl.load(entries_ptr + tile * TILE_M + offs_m)
+            ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             hrows = tl.where(ok, ent, 0).to(tl.int64)
             w = w2_ptr + e * D * (I // 8)

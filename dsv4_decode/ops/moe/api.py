@@ -64,15 +64,6 @@ def _join_gate_up(cfg: MoEConfig, k_step: int, block: int) -> bool:
     return cfg.up_n * (k_step // block) < 4 * 32 * cfg.num_warps
 
 
-def _mma_rows(rows: int, block_m: int) -> int:
-    """The expert kernels' MMA width (entries of a tile they read; ``mma.sync`` m16n8k16 has 8):
-    8 up to 8 rows, where no expert has more than ``rows`` entries (a row picks an expert once),
-    so the first 8 of each record tile of ``block_m`` hold the whole group; else ``block_m``.
-    With record tiles of 16 it halved the x tile, the MMAs and the accumulator at 1-8 rows
-    (-4 to -10 % a layer, session 16); at the default tiles of 8 it is ``block_m``."""
-    return min(block_m, 8) if rows <= 8 else block_m
-
-
 def _fail(arg: str, got, need: str):
     raise ValueError(f"{arg}: got {got}, needs {need}")
 
@@ -493,8 +484,7 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     n_entries = t * k
     tiles = routing.max_tiles
     shared = weights.shared
-    bm = _mma_rows(t, cfg.block_m)
-    sh_tiles = triton.cdiv(t, bm) if shared is not None else 0
+    sh_tiles = triton.cdiv(t, cfg.block_m) if shared is not None else 0
     m_tiles = tiles + sh_tiles
     w = weights
     sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
@@ -510,17 +500,17 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     join = _join_gate_up(cfg, up_k, block)
     up_args = (x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
                workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles)
-    up_const = dict(D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=bm, TILE_M=cfg.block_m,
+    up_const = dict(D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
                     BLOCK_N=cfg.up_n, BLOCK_K=up_k, SPLIT=split)
     n_items = triton.cdiv(inter, cfg.up_n) * split  # of one tile
     K._moe_up_kernel[(n_items, m_tiles)](*up_args, **up_const, JOIN=join, **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
     # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
-    combine = t <= min(bm, _COMBINE_FUSED_ROWS)
+    combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)
     K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), m_tiles)](
         workspace.h, routing.entries, routing.tiles, w.w2, w.w2_scales, sw2, ss2, workspace.part,
         routing.ids, routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
-        out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=bm, TILE_M=cfg.block_m,
+        out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine,
         W2_GRANULE=w.w2_granule, **launch)
     if not combine:

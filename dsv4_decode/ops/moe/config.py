@@ -74,7 +74,7 @@ def pick_config(rows: int, top_k: int, on_gpu: bool, inter: int = 576,
     ``inter/32``) stays within ``2 x _TARGET_UP_CTAS`` (1-6 rows at TP=4). Split configs
     use 2 stages (each CTA runs only 5 K steps; measured on the H200 in session 8, run 6,
     against 3: 34.93 / 94.90 against 36.65 / 97.31 µs a layer at 1 / 6 rows; 4 would spill
-    under the cap), except 3 at 1 row since the 8-entry MMA width (``api._mma_rows``) freed
+    under the cap), except 3 at 1 row since the 8-entry MMA width (``BLOCK_M``) freed
     registers and shared memory (session 16, run 7: 32.15 / 31.76 against 32.89 / 32.82 µs;
     at 2 and 6 rows 3 stages lost: 45.16 against 43.67, 84.2 against 80.1); a split needs
     ``hidden % (128 * split) == 0`` (whole K
