@@ -1,17 +1,20 @@
 """Probe: the MoE layer's time (CUDA-graph replay, as ``bench moe``) for ``MoEConfig`` variants
 around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a row count.
 
-    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | layout]
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | tiles | layout]
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
 stages and W1|W3 1 / 2 / 3 / 4 (4 with the register cap lifted, else it spills), and in the
-split configs W1|W3 capped at 128 / 104 / 96 registers (8 / 9 / 10 CTAs a SM); with ``wide`` (for
-``ROUND1``'s rows, 12 up): W1|W3 at more CTAs a SM (capped at 168 or 160 registers, 64-row
-tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``layout``: ``pick`` on the
-bank as ``prepare_moe_weights`` lays it out (W2 granule-major at I = 576) and on the same bank
-with W2 row-major, in one process (one GPU: no device-to-device spread). Variants equal to
-``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
+split configs W1|W3 capped at 128 / 104 / 96 / 80 registers (8 / 9 / 10 / 12 CTAs a SM); with
+``wide`` (for ``ROUND1``'s rows, 12 up): W1|W3 at more CTAs a SM (capped at 168 or 160
+registers, 64-row tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``tiles``:
+routing-record tiles (the expert kernels' MMA width) of 16 against the default 8, alternated
+twice, after checking that both give bitwise the same output (session 16's runs 7 and 10 ran
+this as ``scripts/moe_mma_rows_ab.py``, since folded in here); with ``layout``: ``pick`` on
+the bank as ``prepare_moe_weights`` lays it out (W2 granule-major at I = 576) and on the same
+bank with W2 row-major, in one process (one GPU: no device-to-device spread). Variants equal
+to ``pick`` are skipped. Session 7 ran a first version of it (other variant names, same
 timing; run 6, log in ``benchmarks/results/h200-session7/``) to check the rule after the
 joined W1|W3 tile: ``pick`` was within 0.15 us of the best variant at every row count.
 Session 8 ran the ``stages`` mode (runs 6-8 of ``h200-session8``), session 9 with the register
@@ -39,6 +42,8 @@ from dsv4_decode.ops.moe import (
 def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
     pick = pick_config(rows, 6, True, 576)
     out = {"pick": pick}
+    if mode == "tiles":  # routing-record tiles (the MMA width) of 16 against the default 8
+        return {"pick": pick, "tile16": dataclasses.replace(pick, block_m=16)}
     if mode == "wide":  # W1|W3 occupancy around ROUND1 (192 registers: 5 CTAs a SM)
         out["w13_cap168"] = dataclasses.replace(pick, up_maxnreg=168)  # 6 CTAs, 12 B spilled
         out["w13_cap160_stages2"] = dataclasses.replace(pick, up_maxnreg=160, up_stages=2)
@@ -74,16 +79,28 @@ def main(rows_list: list[int], mode: str = "") -> None:
     for rows in rows_list:
         xs = [torch.randn(rows, B.D, device="cuda", generator=gen).to(torch.bfloat16)
               for _ in range(B.CALLS)]
-        routing = alloc_routing(rows, 6, 384, B.D, "cuda")
+        routings = {}  # one record a tile size (MoEConfig.block_m)
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
-        res = []
+        res, first = [], {}
         if mode == "layout":
             pick = pick_config(rows, 6, True, 576)
             runs = [("pick", pick, layer.prepared), ("w2_rowmajor", pick, row_major)] * 2
         else:
             runs = [(name, cfg, layer.prepared) for name, cfg in variants(rows, mode).items()]
+            if mode == "tiles":  # alternated: pick, tile16, pick, tile16
+                runs = runs + runs
         for name, cfg, bank in runs:
             ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
+            if cfg.block_m not in routings:
+                routings[cfg.block_m] = alloc_routing(rows, 6, 384, B.D, "cuda",
+                                                      block_m=cfg.block_m)
+            routing = routings[cfg.block_m]
+            if mode == "tiles":  # the same sums in the same order: outputs bitwise equal
+                route(xs[0], *layer.gates[0], top_k=6, out=routing)
+                y = moe_experts(xs[0], routing, bank[0], workspace=ws, config=cfg)
+                ref = first.setdefault("y", y.clone())
+                if not torch.equal(y, ref):
+                    res.append(f"{name} DIFFERS by {(y.float() - ref.float()).abs().max():.3g}")
             state = {"i": 0}
 
             def fn(cfg=cfg, ws=ws, state=state, xs=xs, routing=routing, out=out, bank=bank):
