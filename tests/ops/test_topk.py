@@ -15,6 +15,7 @@ from dsv4_decode.ops.topk import (
     decode_topk_ref,
     make_topk_workspace,
 )
+from dsv4_decode.ops.topk import config
 from dsv4_decode.ops.topk.config import TopkConfig
 
 BF16 = torch.bfloat16
@@ -156,6 +157,13 @@ def test_block_ref_rules():
 
 # ---------------------------------------------------------------- kernels vs twin (interpreter)
 
+PATHS = ["row", "chunks"]  # plain mode: one CTA a row (_row) / the four launches (_triton)
+
+
+def force_path(monkeypatch, path: str) -> None:
+    monkeypatch.setattr(config, "one_cta_per_row", lambda rows, cols: path == "row")
+
+
 CPU_CASES = [  # rows, cols, k, lengths, kind
     (1, 1, 1, "full", "random"),
     (3, 7, 4, "edges", "random"),
@@ -178,9 +186,11 @@ CPU_CASES = [  # rows, cols, k, lengths, kind
 ]
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("rows,cols,k,lens_spec,kind", CPU_CASES,
                          ids=[f"{c[0]}x{c[1]}-k{c[2]}-{c[3]}-{c[4]}" for c in CPU_CASES])
-def test_decode_topk_matches_twin(rows, cols, k, lens_spec, kind, device):
+def test_decode_topk_matches_twin(rows, cols, k, lens_spec, kind, path, device, monkeypatch):
+    force_path(monkeypatch, path)
     gen = torch.Generator().manual_seed(rows * 1000 + cols + k)
     x = make_logits(kind, rows, cols, gen)
     lens = make_lengths(lens_spec, rows, cols, k, gen)
@@ -191,8 +201,10 @@ def test_decode_topk_matches_twin(rows, cols, k, lens_spec, kind, device):
     check_contract(x, lens, k, got)
 
 
-def test_fallback_path_is_exercised(device):
+@pytest.mark.parametrize("path", PATHS)
+def test_fallback_path_is_exercised(path, device, monkeypatch):
     """Constant rows give more candidates than ``cap``: the exact single-CTA path answers."""
+    force_path(monkeypatch, path)
     k = 16
     cfg = TopkConfig.pick(k)
     cols = cfg.cap + 700
@@ -214,6 +226,7 @@ def test_folded_spans(log_r, device, monkeypatch):
     so the strided loop runs)."""
     from dsv4_decode.ops.topk import _triton
 
+    force_path(monkeypatch, "chunks")
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
     monkeypatch.setattr(_triton, "LIST_REGION", 32)
     monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
@@ -256,7 +269,9 @@ def test_fused_threshold_matches_unfused(device):
         1, 64, "cpu").cfg.small
 
 
-def test_workspace_reuse_new_inputs(device):
+@pytest.mark.parametrize("path", PATHS)
+def test_workspace_reuse_new_inputs(path, device, monkeypatch):
+    force_path(monkeypatch, path)
     gen = torch.Generator().manual_seed(5)
     ws = make_topk_workspace(3, 32, device)
     out = torch.empty(3, 32, dtype=torch.int32, device=device)
@@ -395,10 +410,11 @@ def replay_alternating(call, x_s, n_s, out, inputs, want, replays: int = 500) ->
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [512, 2048])
-@pytest.mark.parametrize("rows,cols", [(2, 262144), (8, 1048576)])
+@pytest.mark.parametrize("rows,cols", [(6, 65536), (2, 262144), (8, 1048576)])
 def test_gpu_graph_replay_bitwise(rows, cols, k):
     """Capture once, replay 500 times alternating two input sets: bitwise identical answers.
-    2 rows x 256K: an unfolded grid; 8 x 1M a folded one (segment lists, regions)."""
+    6 rows x 64K: one CTA a row; 2 x 256K: an unfolded grid; 8 x 1M a folded one (segment
+    lists, regions)."""
     gen = torch.Generator().manual_seed(11)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k, gen).cuda())
@@ -429,7 +445,7 @@ def test_gpu_blocks_graph_replay_bitwise():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["unfolded", "fused", "folded", "blocks"])
+@pytest.mark.parametrize("mode", ["row", "unfolded", "fused", "folded", "blocks"])
 def test_gpu_pdl_inputs_written_in_graph(mode):
     """Every kernel is a programmatic dependent launch (sm_90+): here a kernel inside the
     graph writes the logits and lengths just before the call, so a kernel that read them
@@ -438,7 +454,8 @@ def test_gpu_pdl_inputs_written_in_graph(mode):
     the last group-maxima program (``_triton.launch(fuse=True)``, the bench's comparison)."""
     from dsv4_decode.ops.topk import _triton
 
-    rows, cols, k, block = {"unfolded": (2, 262144, 512, 1), "fused": (2, 262144, 512, 1),
+    rows, cols, k, block = {"row": (6, 65536, 512, 1),
+                            "unfolded": (2, 262144, 512, 1), "fused": (2, 262144, 512, 1),
                             "folded": (8, 1048576, 512, 1),
                             "blocks": (6, 1048576, 2048, 8)}[mode]
     gen = torch.Generator().manual_seed(13)
@@ -583,6 +600,11 @@ for block in (8, 2, 64):
             NCH=c.rchunks, BLOCK=block, CE=c.radix_chunk(1), KP=2048, PHASE=0, PDL=True),
             RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
+from dsv4_decode.ops.topk import _row as RW
+for k in (512, 2048):
+    c = TopkConfig.pick(k)
+    out[f"row-k{k}"] = build(RW._row_kernel, dict(
+        TILE=RW.TILE, G=RW.groups(k), SMALL=c.small, CAP=c.cap, SCAN=2048), RW.NUM_WARPS)
 print(json.dumps(out))
 '''
 

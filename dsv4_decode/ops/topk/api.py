@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import config
 from .config import NSEG, TopkConfig
 
 MAX_COLS = 1 << 20
@@ -144,7 +145,7 @@ def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
 
 
 def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
-    from . import _radix, _triton  # deferred: importing triton is not needed for the twin
+    from . import _radix, _row, _triton  # deferred: importing triton is not needed for the twin
 
     rows = logits.shape[0]
     if out is None:
@@ -154,8 +155,11 @@ def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
     if workspace is None:
         workspace = make_topk_workspace(rows, k, logits.device, block)
     cfg = workspace.cfg
-    (_radix if cfg.rchunk else _triton).launch(logits.view(torch.int16), lengths, out, workspace,
-                                               cfg, k)
+    if cfg.rchunk:
+        kernels = _radix
+    else:
+        kernels = _row if config.one_cta_per_row(*logits.shape) else _triton
+    kernels.launch(logits.view(torch.int16), lengths, out, workspace, cfg, k)
     return out
 
 

@@ -34,6 +34,15 @@ RADIX_COLS = 4096
 UNFOLDED_PROGRAMS = 2048
 RADIX_ELEMENTS = 512
 
+# Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) up to this
+# many columns; wider rows take the four-launch pipeline (``_triton``).
+ROW_COLS = 65536
+
+
+def one_cta_per_row(rows: int, cols: int) -> bool:
+    """Whether plain mode runs ``_row`` (one CTA a row, one launch) for this shape."""
+    return cols <= ROW_COLS
+
 
 def span_log2(rows: int, n_chunks: int) -> int:
     """log2 of the chunks R one group-maxima program folds: 1 (no folding) up to

@@ -1,0 +1,153 @@
+"""One-CTA-a-row kernel of ``decode_topk`` (private): short rows, one launch. Design and
+measurements: docs/kernels/topk.md (session 17).
+
+The four-launch pipeline (``_triton``) spreads a row over many programs and pays a kernel
+boundary (about 2 µs in a dependent-launch chain) for each hand-off between them. A row of up
+to ``config.ROW_COLS`` columns is little enough work for one CTA, so ``_row_kernel`` runs the
+same algorithm with every hand-off a CTA barrier instead:
+
+1. The row in tiles of ``TILE`` columns (``[TILE / 8, 8]``: 8 consecutive columns a thread
+   row, one 16-byte load), folded elementwise with a NaN-propagating max (columns past the
+   length read -inf), the next tile's loads in flight while one is folded.
+2. T0 = the K-th largest of ``G`` strided group maxima of the fold (group b = columns
+   b + j * G), as key1; a group is valid when b < length. At least K elements are >= T0 (each
+   of those K groups holds its maximum), so the top K are >= T0. With fewer than K valid
+   groups T0 = 1: every valid element is a candidate.
+3. The row again (from L2, pipelined the same way): every element >= T0
+   is written to the row's candidate buffer *in column order* (a per-thread count, one scan
+   over the tile's thread rows, a running base), so no span bookkeeping is needed.
+4. A CTA barrier, then the exact top K of the candidates: tau = the K-th largest key1, the
+   ties at tau kept lowest column first, written ascending, ``-1`` after. More than ``CAP``
+   candidates (heavy ties) takes ``_triton._exact_fallback`` (counting scans of the row).
+
+No atomics and no counters to re-arm: graph-safe and bitwise deterministic. The grid is (rows,).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dsv4_decode.utils.device import pdl_capable
+
+from ._triton import (_as_key1, _exact_fallback, _key1, _kth_largest, _max_nan, _pdl_enter,
+                      _row_length)
+
+NUM_WARPS = 16
+TILE = 8192  # columns a pass step: 16 a thread at 16 warps (two 16-byte loads), two tiles in flight
+
+
+@triton.jit
+def _cols(t, TILE: tl.constexpr):
+    """Columns of tile t as [TILE / 8, 8]."""
+    return t * TILE + tl.arange(0, TILE // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+
+
+@triton.jit
+def _tile(x_row, t, len_e, TILE: tl.constexpr):
+    """bf16 bit patterns (int16) of tile t; loads masked per 16 bytes, so up to 7 columns past
+    the length are read (the API checks the storage)."""
+    e = _cols(t, TILE)
+    return tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
+
+
+@triton.jit
+def _values(e, u, len_e):
+    """fp32 values of a tile, -inf past the length (for the fold's max)."""
+    return tl.where(e < len_e, u.to(tl.bfloat16, bitcast=True).to(tl.float32), float("-inf"))
+
+
+@triton.jit
+def _collect(e, u, len_e, t0, kb, pb, base, CAP: tl.constexpr):
+    """Append the tile's elements with key1 >= t0 at ``base`` onward, in column order; return
+    the new base. Positions at or past CAP are counted, not written."""
+    key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
+    cand = (key1 >= t0).to(tl.int32)
+    n_r = tl.sum(cand, axis=1)
+    pos = base + (tl.cumsum(n_r, axis=0) - n_r)[:, None] + tl.cumsum(cand, axis=1) - 1
+    keep = (cand == 1) & (pos < CAP)
+    tl.store(kb + pos, key1, mask=keep)
+    tl.store(pb + pos, e, mask=keep)
+    return base + tl.sum(n_r, axis=0)
+
+
+@triton.jit
+def _select(kb, pb, n, o_ptr, K, SIZE: tl.constexpr):
+    """Exact top K of the n (<= SIZE) candidates kb / pb (key1 / column, in column order),
+    written ascending to ``o_ptr``, -1 filling the tail."""
+    i = tl.arange(0, SIZE)
+    m = i < n
+    key1 = tl.load(kb + i, mask=m, other=0)
+    col = tl.load(pb + i, mask=m, other=0)
+    tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
+    gt = m & (key1 > tau)
+    tie = (m & (key1 == tau)).to(tl.int32)
+    need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest column first
+    keep = (gt | ((tie == 1) & (tl.cumsum(tie, axis=0) <= need))).to(tl.int32)
+    kept = tl.sum(keep, axis=0)
+    tl.store(o_ptr + tl.cumsum(keep, axis=0) - 1, col, mask=keep == 1)
+    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))
+
+
+@triton.jit
+def _row_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, out_ptr, stride_x, stride_b,
+                stride_o,
+                cols, K, TILE: tl.constexpr, G: tl.constexpr, SMALL: tl.constexpr,
+                CAP: tl.constexpr, SCAN: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # the logits and lengths are the previous kernel's; the buffers its last reader's
+        _pdl_enter()
+    row = tl.program_id(0)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
+    x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+    kb = kbuf_ptr + row.to(tl.int64) * stride_b
+    pb = pbuf_ptr + row.to(tl.int64) * stride_b
+    n_t = (len_e + TILE - 1) // TILE
+    # Both passes keep the next tile's load in flight while they work on one (a two-deep
+    # pipeline by hand): one CTA holds a row, so its loads must overlap to stream.
+    u_n = _tile(x_row, 0, len_e, TILE)
+    acc = tl.full([TILE // 8, 8], float("-inf"), tl.float32)
+    t = 0
+    while t < n_t:  # (while loops: the interpreter cannot range over a tensor)
+        u = u_n
+        u_n = _tile(x_row, t + 1, len_e, TILE)
+        acc = _max_nan(acc, _values(_cols(t, TILE), u, len_e))
+        t += 1
+    g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
+    b = tl.arange(0, G)
+    gk = tl.where(b < len_e, _as_key1(g), 0)
+    t0 = tl.maximum(_kth_largest(gk, gk > 0, K, G <= 4096), 1)
+    u_n = _tile(x_row, 0, len_e, TILE)
+    n = len_e * 0
+    t = 0
+    while t < n_t:
+        u = u_n
+        u_n = _tile(x_row, t + 1, len_e, TILE)
+        n = _collect(_cols(t, TILE), u, len_e, t0, kb, pb, n, CAP)
+        t += 1
+    tl.store(cnt_ptr + row, n)  # (the candidate count: for the tests and diagnostics)
+    tl.debug_barrier()  # the candidates were written by other threads of this CTA
+    o_ptr = out_ptr + row.to(tl.int64) * stride_o
+    if n <= SMALL:
+        _select(kb, pb, n, o_ptr, K, SMALL)
+    elif n <= CAP:
+        _select(kb, pb, n, o_ptr, K, CAP)
+    else:
+        _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
+
+
+def groups(k: int) -> int:
+    """G: the group maxima T0 is taken from. 4K of them keep about G ln(G / (G - K)) = 1.15 K
+    candidates on random data (K = 512: ~590 of the 1,024-slot tile); at most 4,096, where
+    ``_kth_largest``'s histogram still pays (K = 2,048: ~2,840 of 4,096)."""
+    return min(1 << max(6, (4 * k - 1).bit_length()), 4096, TILE // 2)
+
+
+def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
+    """Run ``_row_kernel`` over all rows (``x16``: the bf16 logits as int16 [rows, cols]).
+    ``pdl`` (sm_90+): a programmatic dependent launch, as ``_triton.launch``'s kernels."""
+    rows, cols = x16.shape
+    pdl = pdl and pdl_capable(x16.device)
+    _row_kernel[(rows,)](
+        x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, out, x16.stride(0), ws.kbuf.stride(0), out.stride(0),
+        cols, k, TILE=TILE, G=groups(k), SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, PDL=pdl,
+        num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))

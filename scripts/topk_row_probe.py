@@ -1,0 +1,81 @@
+"""Probe: plain-mode top-k, one CTA a row (``_row``) at several warp counts and tile sizes
+against the four-launch pipeline (``_triton``), same inputs, one process (one GPU).
+
+    PYTHONPATH=. python3 scripts/topk_row_probe.py [ROWSxCOLSxVALID ...] [--k 2048]
+        [--variants chunks,row-16-8192,row-8-8192]
+
+A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``. Each cell
+is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
+as ``bench topk``), after every variant's output was compared bitwise with the first's.
+Cells default to the bench's 64K and 256K cells. Prints one line a cell.
+"""
+
+import sys
+
+import torch
+
+from dsv4_decode.bench import topk as TB
+from dsv4_decode.bench.timing import graph_time_us
+from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
+
+CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
+         for r in (1, 6, 12, 24, 48, 64)]
+
+
+def runner(name):
+    """A launch function for variant ``name``."""
+    if name == "chunks":
+        return _triton.launch
+    _, warps, tile = name.split("-")
+
+    def launch(*args):
+        old = _row.NUM_WARPS, _row.TILE
+        _row.NUM_WARPS, _row.TILE = int(warps), int(tile)
+        try:
+            _row.launch(*args)
+        finally:
+            _row.NUM_WARPS, _row.TILE = old
+    return launch
+
+
+def cell(variants, rows, cols, valid, k) -> None:
+    xs, lens, _ = TB._inputs(rows, cols, valid)
+    ws = make_topk_workspace(rows, k, "cuda")
+    outs = [torch.empty(rows, k, dtype=torch.int32, device="cuda") for _ in variants]
+    runs = [runner(v) for v in variants]
+
+    def make_fn(v):
+        i = [0]
+
+        def fn():
+            runs[v](xs[i[0] % len(xs)].view(torch.int16), lens, outs[v], ws, ws.cfg, k)
+            i[0] += 1
+        return fn
+
+    for v, run in enumerate(runs):
+        run(xs[0].view(torch.int16), lens, outs[v], ws, ws.cfg, k)
+    same = all(torch.equal(outs[0], o) for o in outs[1:])
+    t = [[graph_time_us(make_fn(v), calls=20) for v in range(len(variants))] for _ in range(2)]
+    cols_txt = "  ".join(f"{n} {a:6.2f}/{b:6.2f}" for n, a, b in zip(variants, *t))
+    print(f"{rows}x{cols}x{valid} k{k}: {cols_txt}  {'same' if same else 'DIFFERENT'}",
+          flush=True)
+
+
+def main(argv) -> None:
+    k, variants = 512, ["chunks", "row-16-8192", "row-8-8192"]
+    if "--k" in argv:
+        i = argv.index("--k")
+        k = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    if "--variants" in argv:
+        i = argv.index("--variants")
+        variants = argv[i + 1].split(",")
+        argv = argv[:i] + argv[i + 2:]
+    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or CELLS
+    print(torch.cuda.get_device_name())
+    for rows, cols, valid in cells:
+        cell(variants, rows, cols, valid, k)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
