@@ -31,9 +31,9 @@ import triton.language as tl
 from dsv4_decode.utils.device import pdl_capable
 
 from ._triton import (_as_key1, _exact_fallback, _key1, _kth_largest, _max_nan, _pdl_enter,
-                      _row_length)
+                      _row_length, _vmax)
 
-NUM_WARPS = 16
+NUM_WARPS = 8
 TILE = 8192  # columns a pass step: 16 a thread at 16 warps (two 16-byte loads), two tiles in flight
 
 
@@ -58,10 +58,9 @@ def _values(e, u, len_e):
 
 
 @triton.jit
-def _collect(e, u, len_e, t0, kb, pb, base, CAP: tl.constexpr):
-    """Append the tile's elements with key1 >= t0 at ``base`` onward, in column order; return
-    the new base. Positions at or past CAP are counted, not written."""
-    key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
+def _collect(e, key1, t0, kb, pb, base, CAP: tl.constexpr):
+    """Append the elements ``e`` ([S, 8], in column order) with key1 >= t0 at ``base`` onward;
+    return the new base. Positions at or past CAP are counted, not written."""
     cand = (key1 >= t0).to(tl.int32)
     n_r = tl.sum(cand, axis=1)
     pos = base + (tl.cumsum(n_r, axis=0) - n_r)[:, None] + tl.cumsum(cand, axis=1) - 1
@@ -90,17 +89,21 @@ def _select(kb, pb, n, o_ptr, K, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _row_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, out_ptr, stride_x, stride_b,
-                stride_o,
-                cols, K, TILE: tl.constexpr, G: tl.constexpr, SMALL: tl.constexpr,
-                CAP: tl.constexpr, SCAN: tl.constexpr, PDL: tl.constexpr):
+def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, out_ptr,
+                stride_x, stride_s, stride_b, stride_o, cols, K, TILE: tl.constexpr,
+                G: tl.constexpr, SEGS: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
+                SCAN: tl.constexpr, PDL: tl.constexpr):
     if PDL:  # the logits and lengths are the previous kernel's; the buffers its last reader's
         _pdl_enter()
     row = tl.program_id(0)
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
-    x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
+    # 16-byte loads whatever the stride's own divisibility (the API checks it is a multiple of
+    # 8 elements; stated on the product, as on the stride alone it does not carry)
+    x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
     kb = kbuf_ptr + row.to(tl.int64) * stride_b
     pb = pbuf_ptr + row.to(tl.int64) * stride_b
+    s_row = smax_ptr + row.to(tl.int64) * stride_s
+    l_row = list_ptr + row.to(tl.int64) * stride_s
     n_t = (len_e + TILE - 1) // TILE
     # Both passes keep the next tile's load in flight while they work on one (a two-deep
     # pipeline by hand): one CTA holds a row, so its loads must overlap to stream.
@@ -110,20 +113,34 @@ def _row_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, out_ptr, stride
     while t < n_t:  # (while loops: the interpreter cannot range over a tensor)
         u = u_n
         u_n = _tile(x_row, t + 1, len_e, TILE)
-        acc = _max_nan(acc, _values(_cols(t, TILE), u, len_e))
+        v = _values(_cols(t, TILE), u, len_e)
+        acc = _max_nan(acc, v)
+        r = t * (TILE // 8) + tl.arange(0, TILE // 8)  # segments of 8 columns: their maxima
+        tl.store(s_row + r, tl.where(r * 8 < len_e, _as_key1(_vmax(v, 1)), 0))
         t += 1
     g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
     b = tl.arange(0, G)
     gk = tl.where(b < len_e, _as_key1(g), 0)
     t0 = tl.maximum(_kth_largest(gk, gk > 0, K, G <= 4096), 1)
-    u_n = _tile(x_row, 0, len_e, TILE)
+    # The segments whose maximum reaches T0, listed ascending (each holds a candidate, so
+    # more than CAP of them is an overflow), then only those re-read, TILE / 8 at a time.
+    tl.debug_barrier()  # the segment maxima were stored by other threads of this CTA
+    i = tl.arange(0, SEGS)
+    act = (tl.load(s_row + i, mask=i < (len_e + 7) // 8, other=0) >= t0).to(tl.int32)
+    n_act = tl.sum(act, axis=0)
+    tl.store(l_row + tl.cumsum(act, axis=0) - 1, i, mask=act == 1)
+    tl.debug_barrier()
+    n_go = tl.where(n_act <= CAP, n_act, 0)
     n = len_e * 0
-    t = 0
-    while t < n_t:
-        u = u_n
-        u_n = _tile(x_row, t + 1, len_e, TILE)
-        n = _collect(_cols(t, TILE), u, len_e, t0, kb, pb, n, CAP)
-        t += 1
+    b0 = len_e * 0
+    while b0 < n_go:
+        j = b0 + tl.arange(0, TILE // 8)
+        ok = j < n_go
+        e = tl.load(l_row + j, mask=ok, other=0)[:, None] * 8 + tl.arange(0, 8)[None, :]
+        u = tl.load(x_row + e, mask=ok[:, None], other=0).to(tl.int32) & 0xFFFF
+        n = _collect(e, tl.where(ok[:, None] & (e < len_e), _key1(u), 0), t0, kb, pb, n, CAP)
+        b0 += TILE // 8
+    n = tl.where(n_act <= CAP, n, CAP + 1)
     tl.store(cnt_ptr + row, n)  # (the candidate count: for the tests and diagnostics)
     tl.debug_barrier()  # the candidates were written by other threads of this CTA
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
@@ -148,6 +165,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     rows, cols = x16.shape
     pdl = pdl and pdl_capable(x16.device)
     _row_kernel[(rows,)](
-        x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, out, x16.stride(0), ws.kbuf.stride(0), out.stride(0),
-        cols, k, TILE=TILE, G=groups(k), SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, PDL=pdl,
+        x16, lengths, ws.smax, ws.seglist, ws.cnt, ws.kbuf, ws.pbuf, out, x16.stride(0),
+        ws.smax.stride(0), ws.kbuf.stride(0), out.stride(0), cols, k, TILE=TILE, G=groups(k),
+        SEGS=triton.next_power_of_2(triton.cdiv(cols, 8)), SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, PDL=pdl,
         num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
