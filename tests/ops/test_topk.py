@@ -161,7 +161,7 @@ PATHS = ["row", "chunks"]  # plain mode: one CTA a row (_row) / the four launche
 
 
 def force_path(monkeypatch, path: str) -> None:
-    monkeypatch.setattr(config, "one_cta_per_row", lambda rows, cols: path == "row")
+    monkeypatch.setattr(config, "one_cta_per_row", lambda rows, cols, k: path == "row")
 
 
 CPU_CASES = [  # rows, cols, k, lengths, kind
@@ -410,10 +410,10 @@ def replay_alternating(call, x_s, n_s, out, inputs, want, replays: int = 500) ->
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [512, 2048])
-@pytest.mark.parametrize("rows,cols", [(6, 65536), (2, 262144), (8, 1048576)])
+@pytest.mark.parametrize("rows,cols", [(64, 65536), (2, 262144), (8, 1048576)])
 def test_gpu_graph_replay_bitwise(rows, cols, k):
     """Capture once, replay 500 times alternating two input sets: bitwise identical answers.
-    6 rows x 64K: one CTA a row; 2 x 256K: an unfolded grid; 8 x 1M a folded one (segment
+    64 rows x 64K: one CTA a row at k = 512; 2 x 256K: an unfolded grid; 8 x 1M a folded one (segment
     lists, regions)."""
     gen = torch.Generator().manual_seed(11)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
@@ -454,7 +454,7 @@ def test_gpu_pdl_inputs_written_in_graph(mode):
     the last group-maxima program (``_triton.launch(fuse=True)``, the bench's comparison)."""
     from dsv4_decode.ops.topk import _triton
 
-    rows, cols, k, block = {"row": (6, 65536, 512, 1),
+    rows, cols, k, block = {"row": (64, 65536, 512, 1),
                             "unfolded": (2, 262144, 512, 1), "fused": (2, 262144, 512, 1),
                             "folded": (8, 1048576, 512, 1),
                             "blocks": (6, 1048576, 2048, 8)}[mode]
@@ -544,6 +544,21 @@ def test_gpu_patterns(kind, rows, cols, k):
     got = decode_topk(x.cuda(), lens.cuda(), k)
     assert torch.equal(got, decode_topk_ref(x.cuda(), lens.cuda(), k))
     check_contract(x, lens, k, got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["random", "crowded", "special", "tied"])
+@pytest.mark.parametrize("rows,cols", [(1, 65536), (6, 40000), (5, 777)])
+@pytest.mark.parametrize("k", [512, 2048])
+def test_gpu_row_path_forced(kind, rows, cols, k, monkeypatch):
+    """One CTA a row at shapes and k the rule gives the four launches (the kernel itself is
+    general up to ROW_COLS columns)."""
+    force_path(monkeypatch, "row")
+    gen = torch.Generator().manual_seed(rows + cols + k)
+    x = make_padded(make_logits(kind, rows, cols, gen).cuda())
+    lens = make_lengths("edges", rows, cols, k, gen).cuda()
+    got = decode_topk(x, lens, k)
+    assert torch.equal(got, decode_topk_ref(x, lens, k))
 
 
 @pytest.mark.gpu

@@ -8,14 +8,16 @@ same algorithm with every hand-off a CTA barrier instead:
 
 1. The row in tiles of ``TILE`` columns (``[TILE / 8, 8]``: 8 consecutive columns a thread
    row, one 16-byte load), folded elementwise with a NaN-propagating max (columns past the
-   length read -inf), the next tile's loads in flight while one is folded.
+   length read -inf), the next tile's loads in flight while one is folded; the key1 maximum
+   of every segment of 8 columns is stored (``smax``).
 2. T0 = the K-th largest of ``G`` strided group maxima of the fold (group b = columns
    b + j * G), as key1; a group is valid when b < length. At least K elements are >= T0 (each
    of those K groups holds its maximum), so the top K are >= T0. With fewer than K valid
    groups T0 = 1: every valid element is a candidate.
-3. The row again (from L2, pipelined the same way): every element >= T0
-   is written to the row's candidate buffer *in column order* (a per-thread count, one scan
-   over the tile's thread rows, a running base), so no span bookkeeping is needed.
+3. Every element >= T0 is written to the row's candidate buffer *in column order* (a
+   per-thread count, one scan over the thread rows, a running base), so no span bookkeeping
+   is needed: a row of one tile from the registers of step 1; a longer one lists the
+   segments whose maximum reaches T0 (ascending, ``seglist``) and re-reads only those.
 4. A CTA barrier, then the exact top K of the candidates: tau = the K-th largest key1, the
    ties at tau kept lowest column first, written ascending, ``-1`` after. More than ``CAP``
    candidates (heavy ties) takes ``_triton._exact_fallback`` (counting scans of the row).
@@ -29,6 +31,8 @@ import triton
 import triton.language as tl
 
 from dsv4_decode.utils.device import pdl_capable
+
+from .config import ROW_COLS
 
 from ._triton import (_as_key1, _exact_fallback, _key1, _kth_largest, _max_nan, _pdl_enter,
                       _row_length, _vmax)
@@ -71,6 +75,41 @@ def _collect(e, key1, t0, kb, pb, base, CAP: tl.constexpr):
 
 
 @triton.jit
+def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr):
+    """fp32 values of tile t (bits ``u``; -inf past the length), storing the key1 maxima of its
+    segments of 8 columns (0 past the length) for ``_collect_listed``."""
+    v = _values(_cols(t, TILE), u, len_e)
+    r = t * (TILE // 8) + tl.arange(0, TILE // 8)
+    tl.store(s_row + r, tl.where(r * 8 < len_e, _as_key1(_vmax(v, 1)), 0))
+    return v
+
+
+@triton.jit
+def _collect_listed(x_row, s_row, l_row, len_e, t0, kb, pb, TILE: tl.constexpr,
+                    SEGS: tl.constexpr, CAP: tl.constexpr):
+    """Collect a row of several tiles: the segments whose maximum reaches T0, listed ascending
+    (each holds a candidate, so more than CAP of them is an overflow: CAP + 1 is returned),
+    then only those re-read, TILE / 8 at a time. Returns the candidate count."""
+    tl.debug_barrier()  # the segment maxima were stored by other threads of this CTA
+    i = tl.arange(0, SEGS)
+    act = (tl.load(s_row + i, mask=i < (len_e + 7) // 8, other=0) >= t0).to(tl.int32)
+    n_act = tl.sum(act, axis=0)
+    tl.store(l_row + tl.cumsum(act, axis=0) - 1, i, mask=act == 1)
+    tl.debug_barrier()
+    n_go = tl.where(n_act <= CAP, n_act, 0)
+    n = len_e * 0
+    b0 = len_e * 0
+    while b0 < n_go:
+        j = b0 + tl.arange(0, TILE // 8)
+        ok = j < n_go
+        e = tl.load(l_row + j, mask=ok, other=0)[:, None] * 8 + tl.arange(0, 8)[None, :]
+        u = tl.load(x_row + e, mask=ok[:, None], other=0).to(tl.int32) & 0xFFFF
+        n = _collect(e, tl.where(ok[:, None] & (e < len_e), _key1(u), 0), t0, kb, pb, n, CAP)
+        b0 += TILE // 8
+    return tl.where(n_act <= CAP, n, CAP + 1)
+
+
+@triton.jit
 def _select(kb, pb, n, o_ptr, K, SIZE: tl.constexpr):
     """Exact top K of the n (<= SIZE) candidates kb / pb (key1 / column, in column order),
     written ascending to ``o_ptr``, -1 filling the tail."""
@@ -107,40 +146,26 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_
     n_t = (len_e + TILE - 1) // TILE
     # Both passes keep the next tile's load in flight while they work on one (a two-deep
     # pipeline by hand): one CTA holds a row, so its loads must overlap to stream.
-    u_n = _tile(x_row, 0, len_e, TILE)
-    acc = tl.full([TILE // 8, 8], float("-inf"), tl.float32)
-    t = 0
+    # The first tile stays in registers: a row of one tile is collected from them.
+    u0 = _tile(x_row, 0, len_e, TILE)
+    u_n = _tile(x_row, 1, len_e, TILE)
+    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)
+    t = 1
     while t < n_t:  # (while loops: the interpreter cannot range over a tensor)
         u = u_n
         u_n = _tile(x_row, t + 1, len_e, TILE)
-        v = _values(_cols(t, TILE), u, len_e)
-        acc = _max_nan(acc, v)
-        r = t * (TILE // 8) + tl.arange(0, TILE // 8)  # segments of 8 columns: their maxima
-        tl.store(s_row + r, tl.where(r * 8 < len_e, _as_key1(_vmax(v, 1)), 0))
+        acc = _max_nan(acc, _fold(x_row, s_row, t, u, len_e, TILE))
         t += 1
     g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
     b = tl.arange(0, G)
     gk = tl.where(b < len_e, _as_key1(g), 0)
     t0 = tl.maximum(_kth_largest(gk, gk > 0, K, G <= 4096), 1)
-    # The segments whose maximum reaches T0, listed ascending (each holds a candidate, so
-    # more than CAP of them is an overflow), then only those re-read, TILE / 8 at a time.
-    tl.debug_barrier()  # the segment maxima were stored by other threads of this CTA
-    i = tl.arange(0, SEGS)
-    act = (tl.load(s_row + i, mask=i < (len_e + 7) // 8, other=0) >= t0).to(tl.int32)
-    n_act = tl.sum(act, axis=0)
-    tl.store(l_row + tl.cumsum(act, axis=0) - 1, i, mask=act == 1)
-    tl.debug_barrier()
-    n_go = tl.where(n_act <= CAP, n_act, 0)
-    n = len_e * 0
-    b0 = len_e * 0
-    while b0 < n_go:
-        j = b0 + tl.arange(0, TILE // 8)
-        ok = j < n_go
-        e = tl.load(l_row + j, mask=ok, other=0)[:, None] * 8 + tl.arange(0, 8)[None, :]
-        u = tl.load(x_row + e, mask=ok[:, None], other=0).to(tl.int32) & 0xFFFF
-        n = _collect(e, tl.where(ok[:, None] & (e < len_e), _key1(u), 0), t0, kb, pb, n, CAP)
-        b0 += TILE // 8
-    n = tl.where(n_act <= CAP, n, CAP + 1)
+    if n_t <= 1:
+        e = _cols(0, TILE)
+        key1 = tl.where(e < len_e, _key1(u0.to(tl.int32) & 0xFFFF), 0)
+        n = _collect(e, key1, t0, kb, pb, len_e * 0, CAP)
+    else:
+        n = _collect_listed(x_row, s_row, l_row, len_e, t0, kb, pb, TILE, SEGS, CAP)
     tl.store(cnt_ptr + row, n)  # (the candidate count: for the tests and diagnostics)
     tl.debug_barrier()  # the candidates were written by other threads of this CTA
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
@@ -163,6 +188,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     """Run ``_row_kernel`` over all rows (``x16``: the bf16 logits as int16 [rows, cols]).
     ``pdl`` (sm_90+): a programmatic dependent launch, as ``_triton.launch``'s kernels."""
     rows, cols = x16.shape
+    if cols > ROW_COLS:  # the segment buffers (smax, seglist) hold ROW_COLS / 8 a row
+        raise ValueError(f"_row.launch: {cols} columns, at most {ROW_COLS}")
     pdl = pdl and pdl_capable(x16.device)
     _row_kernel[(rows,)](
         x16, lengths, ws.smax, ws.seglist, ws.cnt, ws.kbuf, ws.pbuf, out, x16.stride(0),

@@ -158,7 +158,7 @@ def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
     if cfg.rchunk:
         kernels = _radix
     else:
-        kernels = _row if config.one_cta_per_row(*logits.shape) else _triton
+        kernels = _row if config.one_cta_per_row(*logits.shape, k) else _triton
     kernels.launch(logits.view(torch.int16), lengths, out, workspace, cfg, k)
     return out
 

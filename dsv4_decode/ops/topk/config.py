@@ -34,14 +34,19 @@ RADIX_COLS = 4096
 UNFOLDED_PROGRAMS = 2048
 RADIX_ELEMENTS = 512
 
-# Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) up to this
-# many columns; wider rows take the four-launch pipeline (``_triton``).
+# Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) for rows of
+# at most ROW_COLS columns when there are at least ROW_ROWS of them and k <= 512; otherwise
+# the four-launch pipeline (``_triton``). Measured on the H200 (session 17, runs 3-4,
+# scripts/topk_row_probe.py): one SM a row is slow on a long row (64K all valid: 17.6 µs at
+# 1 row against 9.2) but flat in the rows, so it wins from 48 rows (64 x 64K all: 18.9 against
+# 22.7); at k = 2,048 it lost (64 x 64K 1/8: 35.5 against 30.6).
 ROW_COLS = 65536
+ROW_ROWS = 48
 
 
-def one_cta_per_row(rows: int, cols: int) -> bool:
+def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
     """Whether plain mode runs ``_row`` (one CTA a row, one launch) for this shape."""
-    return cols <= ROW_COLS
+    return cols <= ROW_COLS and rows >= ROW_ROWS and k <= 512
 
 
 def span_log2(rows: int, n_chunks: int) -> int:
