@@ -8,8 +8,7 @@ same algorithm with every hand-off a CTA barrier instead:
 
 1. The row in tiles of ``TILE`` columns (``[TILE / 8, 8]``: 8 consecutive columns a thread
    row, one 16-byte load), folded elementwise with a NaN-propagating max (columns past the
-   length read -inf), the next three tiles' loads in flight while one is folded (one CTA
-   holds a row, so its loads must overlap to stream: 64 KB in flight); the key1 maximum
+   length read -inf), the next tile's loads in flight while one is folded; the key1 maximum
    of every segment of 8 columns is stored (``smax``).
 2. T0 = the K-th largest of ``G`` strided group maxima of the fold (group b = columns
    b + j * G), as key1; a group is valid when b < length. At least K elements are >= T0 (each
@@ -39,7 +38,7 @@ from ._triton import (_as_key1, _exact_fallback, _key1, _kth_largest, _max_nan, 
                       _row_length, _vmax)
 
 NUM_WARPS = 8
-TILE = 8192  # columns a fold step: 32 a thread at 8 warps (four 16-byte loads), 4 tiles in flight
+TILE = 8192  # columns a pass step: 16 a thread at 16 warps (two 16-byte loads), two tiles in flight
 
 
 @triton.jit
@@ -145,18 +144,16 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_
     s_row = smax_ptr + row.to(tl.int64) * stride_s
     l_row = list_ptr + row.to(tl.int64) * stride_s
     n_t = (len_e + TILE - 1) // TILE
+    # Both passes keep the next tile's load in flight while they work on one (a two-deep
+    # pipeline by hand): one CTA holds a row, so its loads must overlap to stream.
     # The first tile stays in registers: a row of one tile is collected from them.
     u0 = _tile(x_row, 0, len_e, TILE)
-    u1 = _tile(x_row, 1, len_e, TILE)
-    u2 = _tile(x_row, 2, len_e, TILE)
-    u3 = _tile(x_row, 3, len_e, TILE)
+    u_n = _tile(x_row, 1, len_e, TILE)
     acc = _fold(x_row, s_row, 0, u0, len_e, TILE)
     t = 1
     while t < n_t:  # (while loops: the interpreter cannot range over a tensor)
-        u = u1
-        u1 = u2
-        u2 = u3
-        u3 = _tile(x_row, t + 3, len_e, TILE)
+        u = u_n
+        u_n = _tile(x_row, t + 1, len_e, TILE)
         acc = _max_nan(acc, _fold(x_row, s_row, t, u, len_e, TILE))
         t += 1
     g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
