@@ -38,7 +38,7 @@ from ._triton import (_as_key1, _exact_fallback, _key1, _kth_largest, _max_nan, 
                       _row_length, _vmax)
 
 NUM_WARPS = 8
-TILE = 8192  # columns a pass step: 16 a thread at 16 warps (two 16-byte loads), two tiles in flight
+TILE = 8192  # columns a fold step: 32 a thread at 8 warps (four 16-byte loads)
 
 
 @triton.jit

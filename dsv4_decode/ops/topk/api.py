@@ -23,13 +23,14 @@ class TopkWorkspace:
     - ``gmax`` int32 [rows, cfg.groups]: group maxima (rank keys) of the row;
     - ``smax`` int32 [rows, cfg.max_chunks * NSEG]: rank-key maxima of contiguous segments of
       ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
-      pass's pruning;
+      pass's pruning (one CTA a row, ``_row``: of 8 columns, up to ``config.ROW_COLS``);
     - ``seglist`` int32 [rows, cfg.max_chunks * NSEG] / ``rcnt`` int32 [rows, cfg.max_chunks]:
       the segments whose maximum reaches T0, ascending, listed per region of LIST_REGION segments at
       the region's slice, and their number per region (folded grids; written by the threshold
-      kernel, read by the collect);
+      kernel, read by the collect; ``_row`` lists its 8-column segments in ``seglist``);
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
-    - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass;
+    - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass
+      (``_row``: more than ``cfg.cap`` means its exact fallback ran);
     - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key ``| rank inside its
       span << 17``, and its index ``| span << 20`` (a span: a chunk, or a batch of up to 16
       segments of one collect program);
@@ -187,10 +188,11 @@ def decode_topk(logits: torch.Tensor, lengths: torch.Tensor, k: int, *,
 
     Graph safety: lengths are only read on the device; no host synchronisation. With ``out``
     and ``workspace`` given nothing is allocated, so the call can be captured in a CUDA graph
-    and replayed with new logits and lengths (in the same tensors). Four kernel launches; on
-    sm_90+ each is a programmatic dependent launch that waits on the device for the kernel
-    before it (so logits and lengths written by the previous kernel in the stream are always
-    seen).
+    and replayed with new logits and lengths (in the same tensors). Four kernel launches, or
+    one (a CTA a row) for at least ``config.ROW_ROWS`` rows of at most ``config.ROW_COLS``
+    columns at k <= 512; on sm_90+ each is a programmatic dependent launch that waits on the
+    device for the kernel before it (so logits and lengths written by the previous kernel in
+    the stream are always seen).
 
     Raises:
         ValueError: naming the argument, for a wrong dtype, rank, stride, device, k out of range,
