@@ -56,7 +56,7 @@ def cell(variants, rows, cols, valid, k) -> None:
         run(xs[0].view(torch.int16), lens, outs[v], ws, ws.cfg, k)
     same = all(torch.equal(outs[0], o) for o in outs[1:])
     t = [[graph_time_us(make_fn(v), calls=20) for v in range(len(variants))] for _ in range(2)]
-    cols_txt = "  ".join(f"{n} {a:6.2f}/{b:6.2f}" for n, a, b in zip(variants, *t))
+    cols_txt = "  ".join(f"{n} {a:6.2f}/{b:6.2f}" for n, a, b in zip(variants, *t, strict=True))
     print(f"{rows}x{cols}x{valid} k{k}: {cols_txt}  {'same' if same else 'DIFFERENT'}",
           flush=True)
 

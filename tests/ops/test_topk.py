@@ -9,13 +9,13 @@ import torch
 
 from dsv4_decode.bench.timing import capture
 from dsv4_decode.ops.topk import (
+    config,
     decode_topk,
     decode_topk_blocks,
     decode_topk_blocks_ref,
     decode_topk_ref,
     make_topk_workspace,
 )
-from dsv4_decode.ops.topk import config
 from dsv4_decode.ops.topk.config import TopkConfig
 
 BF16 = torch.bfloat16
@@ -413,8 +413,8 @@ def replay_alternating(call, x_s, n_s, out, inputs, want, replays: int = 500) ->
 @pytest.mark.parametrize("rows,cols", [(64, 65536), (2, 262144), (8, 1048576)])
 def test_gpu_graph_replay_bitwise(rows, cols, k):
     """Capture once, replay 500 times alternating two input sets: bitwise identical answers.
-    64 rows x 64K: one CTA a row at k = 512; 2 x 256K: an unfolded grid; 8 x 1M a folded one (segment
-    lists, regions)."""
+    64 rows x 64K: one CTA a row at k = 512; 2 x 256K: an unfolded grid; 8 x 1M a folded one
+    (segment lists, regions)."""
     gen = torch.Generator().manual_seed(11)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k, gen).cuda())

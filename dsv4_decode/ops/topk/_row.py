@@ -32,10 +32,17 @@ import triton.language as tl
 
 from dsv4_decode.utils.device import pdl_capable
 
+from ._triton import (
+    _as_key1,
+    _exact_fallback,
+    _key1,
+    _kth_largest,
+    _max_nan,
+    _pdl_enter,
+    _row_length,
+    _vmax,
+)
 from .config import ROW_COLS
-
-from ._triton import (_as_key1, _exact_fallback, _key1, _kth_largest, _max_nan, _pdl_enter,
-                      _row_length, _vmax)
 
 NUM_WARPS = 8
 TILE = 8192  # columns a fold step: 32 a thread at 8 warps (four 16-byte loads)
@@ -194,5 +201,5 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     _row_kernel[(rows,)](
         x16, lengths, ws.smax, ws.seglist, ws.cnt, ws.kbuf, ws.pbuf, out, x16.stride(0),
         ws.smax.stride(0), ws.kbuf.stride(0), out.stride(0), cols, k, TILE=TILE, G=groups(k),
-        SEGS=triton.next_power_of_2(triton.cdiv(cols, 8)), SMALL=cfg.small, CAP=cfg.cap, SCAN=2048, PDL=pdl,
-        num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
+        SEGS=triton.next_power_of_2(triton.cdiv(cols, 8)), SMALL=cfg.small, CAP=cfg.cap,
+        SCAN=2048, PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))

@@ -27,8 +27,8 @@ before the call):
 Keys: ``key1`` is 0 for "not a candidate", else 1 + the 16-bit order-preserving key of the bf16
 value (``ref.rank_keys``). These kernels run plain mode, but for the shapes
 ``config.one_cta_per_row`` gives to ``_row`` (one CTA a row, sharing their helpers). Block mode
-is ``_radix``, which shares ``_element_keys`` (blocks ranked by their largest key1, one pinned above everything
-with ``PIN_KEY1``) and ``_row_length``.
+is ``_radix``, which shares ``_element_keys`` (blocks ranked by their largest key1, one pinned
+above everything with ``PIN_KEY1``) and ``_row_length``.
 """
 
 from __future__ import annotations
