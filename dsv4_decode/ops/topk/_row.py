@@ -56,16 +56,24 @@ def _cols(t, TILE: tl.constexpr):
 
 @triton.jit
 def _tile(x_row, t, len_e, TILE: tl.constexpr):
-    """bf16 bit patterns (int16) of tile t; loads masked per 16 bytes, so up to 7 columns past
-    the length are read (the API checks the storage)."""
+    """bf16 bit patterns (int16) of tile t. A tile inside the length loads unmasked (no
+    per-element compare); the others are masked per 16 bytes, so up to 7 columns past the
+    length are read (the API checks the storage)."""
     e = _cols(t, TILE)
-    return tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
+    if (t + 1) * TILE <= len_e:
+        u = tl.load(x_row + e)
+    else:
+        u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
+    return u
 
 
 @triton.jit
-def _values(e, u, len_e):
-    """fp32 values of a tile, -inf past the length (for the fold's max)."""
-    return tl.where(e < len_e, u.to(tl.bfloat16, bitcast=True).to(tl.float32), float("-inf"))
+def _values(e, u, len_e, MASKED: tl.constexpr):
+    """fp32 values of a tile, -inf past the length (MASKED; for the fold's max)."""
+    v = u.to(tl.bfloat16, bitcast=True).to(tl.float32)
+    if MASKED:
+        v = tl.where(e < len_e, v, float("-inf"))
+    return v
 
 
 @triton.jit
@@ -85,9 +93,13 @@ def _collect(e, key1, t0, kb, pb, base, CAP: tl.constexpr):
 def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr):
     """fp32 values of tile t (bits ``u``; -inf past the length), storing the key1 maxima of its
     segments of 8 columns (0 past the length) for ``_collect_listed``."""
-    v = _values(_cols(t, TILE), u, len_e)
     r = t * (TILE // 8) + tl.arange(0, TILE // 8)
-    tl.store(s_row + r, tl.where(r * 8 < len_e, _as_key1(_vmax(v, 1)), 0))
+    if (t + 1) * TILE <= len_e:  # inside the length: no per-element masks
+        v = _values(_cols(t, TILE), u, len_e, False)
+        tl.store(s_row + r, _as_key1(_vmax(v, 1)))
+    else:
+        v = _values(_cols(t, TILE), u, len_e, True)
+        tl.store(s_row + r, tl.where(r * 8 < len_e, _as_key1(_vmax(v, 1)), 0))
     return v
 
 
