@@ -36,10 +36,12 @@ RADIX_ELEMENTS = 512
 
 # Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) for rows of
 # at most ROW_COLS columns when there are at least ROW_ROWS of them and k <= 512; otherwise
-# the four-launch pipeline (``_triton``). Measured on the H200 (session 17, runs 3-4,
-# scripts/topk_row_probe.py): one SM a row is slow on a long row (64K all valid: 17.6 µs at
-# 1 row against 9.2) but flat in the rows, so it wins from 48 rows (64 x 64K all: 18.9 against
-# 22.7); at k = 2,048 it lost (64 x 64K 1/8: 35.5 against 30.6).
+# the four-launch pipeline (``_triton``). Measured on the H200 (session 17, runs 4-6,
+# scripts/topk_row_probe.py, µs): one SM a row is slow on a long row (64K all valid: 17.6 at
+# 1 row against 9.6) but flat in the rows (64 x 64K all: 19.9 against 22.8; 1/8 valid: 8.9 to
+# 9.0 at 1-64 rows against 10.0-18.2). At 48 rows it wins at 1/8 (9.2 / 15.8) and loses a
+# little at all valid (19.6 / 19.0); at 24 it loses 3.6 at all valid. At k = 2,048 the select
+# costs more: 24 x 64K all 34.7 against 25.0.
 ROW_COLS = 65536
 ROW_ROWS = 48
 
