@@ -4,8 +4,7 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
     PYTHONPATH=. python3 scripts/topk_row_probe.py [ROWSxCOLSxVALID ...] [--k 2048]
         [--variants chunks,row-16-8192,row-8-8192]
 
-A variant ``row-W-T[-U]`` runs ``_row.launch`` with ``NUM_WARPS = W``, ``TILE = T`` (and
-``UNROLL = U``). Each cell
+A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``. Each cell
 is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
 as ``bench topk``), after every variant's output was compared bitwise with the first's.
 Cells default to the bench's 64K and 256K cells. Prints one line a cell.
@@ -27,16 +26,15 @@ def runner(name):
     """A launch function for variant ``name``."""
     if name == "chunks":
         return _triton.launch
-    _, warps, tile, *unroll = name.split("-")
+    _, warps, tile = name.split("-")
 
     def launch(*args):
-        old = _row.NUM_WARPS, _row.TILE, _row.UNROLL
+        old = _row.NUM_WARPS, _row.TILE
         _row.NUM_WARPS, _row.TILE = int(warps), int(tile)
-        _row.UNROLL = int(unroll[0]) if unroll else _row.UNROLL
         try:
             _row.launch(*args)
         finally:
-            _row.NUM_WARPS, _row.TILE, _row.UNROLL = old
+            _row.NUM_WARPS, _row.TILE = old
     return launch
 
 

@@ -619,7 +619,7 @@ from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):
     c = TopkConfig.pick(k)
     out[f"row-k{k}"] = build(RW._row_kernel, dict(
-        TILE=RW.TILE, UNROLL=RW.UNROLL, G=RW.groups(k), SEGS=8192, SMALL=c.small, CAP=c.cap, SCAN=2048), RW.NUM_WARPS)
+        TILE=RW.TILE, G=RW.groups(k), SEGS=8192, SMALL=c.small, CAP=c.cap, SCAN=2048), RW.NUM_WARPS)
 print(json.dumps(out))
 '''
 

@@ -45,20 +45,13 @@ from ._triton import (
 from .config import ROW_COLS
 
 NUM_WARPS = 8
-TILE = 8192  # columns of the first tile: 32 a thread at 8 warps (four 16-byte loads)
-UNROLL = 2  # tiles a fold step loads at once after the first
+TILE = 8192  # columns a fold step: 32 a thread at 8 warps (four 16-byte loads)
 
 
 @triton.jit
 def _cols(t, TILE: tl.constexpr):
     """Columns of tile t as [TILE / 8, 8]."""
-    return _span(t * TILE, TILE)
-
-
-@triton.jit
-def _span(c0, N: tl.constexpr):
-    """Columns c0 .. c0 + N - 1 as [N / 8, 8] (8 consecutive columns a thread row)."""
-    return c0 + tl.arange(0, N // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    return t * TILE + tl.arange(0, TILE // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
 
 
 @triton.jit
@@ -111,24 +104,6 @@ def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr):
 
 
 @triton.jit
-def _fold_group(x_row, s_row, c0, len_e, TILE: tl.constexpr, U: tl.constexpr):
-    """U tiles from column c0 (a multiple of TILE) in one load ([U * TILE / 8, 8]), their
-    segment maxima stored as ``_fold`` does; returns their elementwise maximum ([TILE / 8, 8],
-    column c0 + u * TILE + i at i). One load for the U tiles, not a tile carried from one
-    iteration to the next: a loop-carried load result is waited for when it is moved."""
-    e = _span(c0, U * TILE)
-    r = c0 // 8 + tl.arange(0, U * TILE // 8)
-    if c0 + U * TILE <= len_e:
-        v = tl.load(x_row + e).to(tl.bfloat16, bitcast=True).to(tl.float32)
-        tl.store(s_row + r, _as_key1(_vmax(v, 1)))
-    else:
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
-        v = _values(e, u, len_e, True)
-        tl.store(s_row + r, tl.where(r * 8 < len_e, _as_key1(_vmax(v, 1)), 0))
-    return _vmax(tl.reshape(v, [U, TILE // 8, 8]), 0)
-
-
-@triton.jit
 def _collect_listed(x_row, s_row, l_row, len_e, t0, kb, pb, TILE: tl.constexpr,
                     SEGS: tl.constexpr, CAP: tl.constexpr):
     """Collect a row of several tiles: the segments whose maximum reaches T0, listed ascending
@@ -174,8 +149,8 @@ def _select(kb, pb, n, o_ptr, K, SIZE: tl.constexpr):
 @triton.jit
 def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, out_ptr,
                 stride_x, stride_s, stride_b, stride_o, cols, K, TILE: tl.constexpr,
-                UNROLL: tl.constexpr, G: tl.constexpr, SEGS: tl.constexpr,
-                SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr, PDL: tl.constexpr):
+                G: tl.constexpr, SEGS: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
+                SCAN: tl.constexpr, PDL: tl.constexpr):
     if PDL:  # the logits and lengths are the previous kernel's; the buffers its last reader's
         _pdl_enter()
     row = tl.program_id(0)
@@ -192,11 +167,14 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_
     # pipeline by hand): one CTA holds a row, so its loads must overlap to stream.
     # The first tile stays in registers: a row of one tile is collected from them.
     u0 = _tile(x_row, 0, len_e, TILE)
+    u_n = _tile(x_row, 1, len_e, TILE)
     acc = _fold(x_row, s_row, 0, u0, len_e, TILE)
-    c0 = len_e * 0 + TILE
-    while c0 < len_e:  # (while loops: the interpreter cannot range over a tensor)
-        acc = _max_nan(acc, _fold_group(x_row, s_row, c0, len_e, TILE, UNROLL))
-        c0 += UNROLL * TILE
+    t = 1
+    while t < n_t:  # (while loops: the interpreter cannot range over a tensor)
+        u = u_n
+        u_n = _tile(x_row, t + 1, len_e, TILE)
+        acc = _max_nan(acc, _fold(x_row, s_row, t, u, len_e, TILE))
+        t += 1
     g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
     b = tl.arange(0, G)
     gk = tl.where(b < len_e, _as_key1(g), 0)
@@ -234,7 +212,6 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     pdl = pdl and pdl_capable(x16.device)
     _row_kernel[(rows,)](
         x16, lengths, ws.smax, ws.seglist, ws.cnt, ws.kbuf, ws.pbuf, out, x16.stride(0),
-        ws.smax.stride(0), ws.kbuf.stride(0), out.stride(0), cols, k, TILE=TILE, UNROLL=UNROLL,
-        G=groups(k),
+        ws.smax.stride(0), ws.kbuf.stride(0), out.stride(0), cols, k, TILE=TILE, G=groups(k),
         SEGS=triton.next_power_of_2(triton.cdiv(cols, 8)), SMALL=cfg.small, CAP=cfg.cap,
         SCAN=2048, PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
