@@ -6,8 +6,10 @@
 Cases: ``sparse_attn REQUESTSxQ_LENxHEADS[:wgmma|:w8|:w4]`` (512 selected + full window, as
 the benchmark; ``:wgmma`` the Hopper wgmma kernel's default config, ``:w8`` / ``:w4`` its
 split rule at 8 / 4 warps throughout) and
-``moe ROWS`` (TP=4 rank shapes, 384 experts, top-6, the benchmark's layer). The inputs are the
-benchmarks' own (``bench.sparse_attn.Inputs``, ``bench.moe.Layer``); each call uses the next
+``moe ROWS`` (TP=4 rank shapes, 384 experts, top-6, the benchmark's layer) and
+``topk ROWSxCOLSxVALID[:row|:chunks]`` (k = 512, random logits as the benchmark; ``:row`` /
+``:chunks`` force the one-CTA-a-row kernel / the four launches). The inputs are the
+benchmarks' own (``bench.sparse_attn.Inputs``, ``bench.moe.Layer``, ``bench.topk._inputs``); each call uses the next
 input set, so a profiled launch sees the same data a graph replay would. Pick the launch with
 ncu's ``--launch-skip`` (the first calls compile and warm up)."""
 
@@ -66,8 +68,27 @@ def moe_case(spec: str, calls: int) -> None:
     torch.cuda.synchronize()
 
 
+def topk_case(spec: str, calls: int) -> None:
+    from dsv4_decode.bench import topk as B
+    from dsv4_decode.ops.topk import config, decode_topk, make_topk_workspace
+
+    spec, _, path = spec.partition(":")
+    rows, cols, valid = spec.split("x")
+    rows, cols, k = int(rows), int(cols), 512
+    if path:
+        config.one_cta_per_row = lambda r, c, kk: path == "row"
+    xs, lens, _ = B._inputs(rows, cols, valid)
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ws = make_topk_workspace(rows, k, "cuda")
+    for i in range(calls):
+        decode_topk(xs[i % len(xs)], lens, k, out=out, workspace=ws)
+    torch.cuda.synchronize()
+
+
+CASES = {"sparse_attn": sparse_attn_case, "moe": moe_case, "topk": topk_case}
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] not in ("sparse_attn", "moe"):
+    if len(sys.argv) < 3 or sys.argv[1] not in CASES:
         raise SystemExit(__doc__)
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 6
-    {"sparse_attn": sparse_attn_case, "moe": moe_case}[sys.argv[1]](sys.argv[2], n)
+    CASES[sys.argv[1]](sys.argv[2], n)

@@ -35,5 +35,7 @@ for c in ${PROBES:-sparse32x6 sparse1x6 moe48 moe6 moe1}; do
     moe48) probe moe48 "_moe_(up|down)_kernel" 6 2 moe 48 ;;
     moe6) probe moe6 "_moe_(up|down)_kernel|_router" 12 4 moe 6 ;;
     moe1) probe moe1 "_moe_(up|down)_kernel|_router" 9 3 moe 1 ;;
+    topkrow) probe topkrow _row_kernel 3 1 topk 1x65536xall:row ;;
+    topkrow8) probe topkrow8 _row_kernel 3 1 topk 1x65536x1/8:row ;;
   esac
 done
