@@ -9,8 +9,9 @@ split rule at 8 / 4 warps throughout) and
 ``moe ROWS`` (TP=4 rank shapes, 384 experts, top-6, the benchmark's layer) and
 ``topk ROWSxCOLSxVALID[:row|:chunks]`` (k = 512, random logits as the benchmark; ``:row`` /
 ``:chunks`` force the one-CTA-a-row kernel / the four launches). The inputs are the
-benchmarks' own (``bench.sparse_attn.Inputs``, ``bench.moe.Layer``, ``bench.topk._inputs``); each call uses the next
-input set, so a profiled launch sees the same data a graph replay would. Pick the launch with
+benchmarks' own (``bench.sparse_attn.Inputs``, ``bench.moe.Layer``, ``bench.topk._inputs``);
+each call uses the next input set, so a profiled launch sees the same data a graph replay
+would. Pick the launch with
 ncu's ``--launch-skip`` (the first calls compile and warm up)."""
 
 from __future__ import annotations
