@@ -19,25 +19,8 @@ import sys
 import torch
 
 from dsv4_decode.ops.moe import api
-from dsv4_decode.utils.module_copy import load_source
+from dsv4_decode.utils.module_copy import STAMPS, load_source, patch
 
-STAMPS = '''
-@triton.jit
-def _clk(dbg_ptr, i):
-    tl.debug_barrier()
-    t = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [tl.program_id(0)],
-                                  dtype=tl.int64, is_pure=False, pack=1)
-    tl.store(dbg_ptr + i, t)
-
-
-@triton.jit
-def _gt(dbg_ptr, i):
-    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [tl.program_id(0)],
-                                  dtype=tl.int64, is_pure=False, pack=1)
-    tl.store(dbg_ptr + i, t)
-
-
-'''
 # (anchor, replacement): the replacement keeps the anchor's text and adds stamps / dbg_ptr
 PATCHES = [
     ("@triton.jit\ndef _router_logits_kernel(x_ptr,",
@@ -91,12 +74,7 @@ PATCHES = [
 
 
 def stamped_module():
-    src = open(api.K.__file__).read()
-    for anchor, repl in PATCHES:
-        if anchor not in src:
-            raise SystemExit(f"anchor not found (the source changed): {anchor[:60]!r}")
-        src = src.replace(anchor, repl)
-    return load_source(src, "moe_stamped")
+    return load_source(patch(open(api.K.__file__).read(), PATCHES), "moe_stamped")
 
 
 class _WithDbg:

@@ -32,3 +32,35 @@ def load_file(path: str, package: str | None = None, prefix: str = "") -> types.
     with open(path) as f:
         source = f.read()
     return load_source(source, prefix + os.path.splitext(os.path.basename(path))[0], package)
+
+
+# Timing stamps for patched kernel copies (Triton source text, pasted above the first kernel a
+# probe patches): ``_clk`` stores the SM's cycle counter after a CTA barrier (phases of one
+# CTA, made serial by the barrier); ``_gt`` the global nanosecond timer, no barrier.
+STAMPS = '''
+@triton.jit
+def _clk(dbg_ptr, i):
+    tl.debug_barrier()
+    t = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [tl.program_id(0)],
+                                  dtype=tl.int64, is_pure=False, pack=1)
+    tl.store(dbg_ptr + i, t)
+
+
+@triton.jit
+def _gt(dbg_ptr, i):
+    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [tl.program_id(0)],
+                                  dtype=tl.int64, is_pure=False, pack=1)
+    tl.store(dbg_ptr + i, t)
+
+
+'''
+
+
+def patch(source: str, patches: list[tuple[str, str]]) -> str:
+    """``source`` with each (anchor, replacement) applied to every occurrence of the anchor;
+    an anchor not found (the source changed) raises ``ValueError``."""
+    for anchor, repl in patches:
+        if anchor not in source:
+            raise ValueError(f"anchor not found (the source changed): {anchor[:60]!r}")
+        source = source.replace(anchor, repl)
+    return source

@@ -1,0 +1,217 @@
+"""Probe: where a plain-mode top-k call spends its time, from timer stamps (one Hopper GPU).
+
+    PYTHONPATH=. python3 scripts/topk_stamps.py [ROWSxCOLSxVALID ...] [--k 512]
+
+Patched copies of ``ops/topk/_triton.py`` and ``_row.py`` (``utils.module_copy.patch``: a
+missing anchor fails loudly) take a stamp buffer first. In every kernel each CTA takes the
+``%globaltimer`` at its entry, after its dependent-launch wait and at its end, kept per kernel
+as the earliest and latest over the CTAs (atomic min / max). A CUDA graph of 20 calls (each
+call its own slots, as the bench's graph) is replayed; the line per cell and path gives, as
+medians over calls 2-19, in µs: the call period (first entry to the next call's first entry),
+then per kernel ``wait`` (first entry -> first CTA past its wait: what it waited on the kernel
+before), ``run`` (first CTA past its wait -> last CTA's end), ``gap`` (the kernel before's
+last end -> this one's first CTA past its wait: the dependent-launch hand-off).
+
+``--phases`` adds a second copy of ``_row`` with ``%clock64`` stamps after CTA barriers at its
+phase boundaries (the barriers make them serial, so the sum can exceed the unstamped time) and
+prints the cycles of row 0's CTA from its wait: fold of tile 0, the other tiles, the group
+maxima, T0, the collect (list, re-read), the select (tau, keep, stores).
+"""
+
+import re
+import statistics
+import sys
+
+import torch
+
+from dsv4_decode.bench import topk as TB
+from dsv4_decode.bench.timing import capture, graph_time_us
+from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
+from dsv4_decode.utils.module_copy import STAMPS, load_source, patch
+
+CALLS = 20
+SLOTS = 64 + 64 * 32  # per call: 8 kernels x 8 timeline slots, then 32 phase slots a row
+BIG = (1 << 62)
+
+EVENT = '''
+@triton.jit
+def _ev(dbg_ptr, slot):
+    """globaltimer: the earliest at slot, the latest at slot + 1, over the CTAs."""
+    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [tl.program_id(0)],
+                                  dtype=tl.int64, is_pure=False, pack=1)
+    tl.atomic_min(dbg_ptr + slot, t, sem="relaxed")
+    tl.atomic_max(dbg_ptr + slot + 1, t, sem="relaxed")
+
+
+'''
+
+
+def _timeline(src: str, first_id: int) -> tuple[str, list[str]]:
+    """``src`` with timeline stamps in every ``*_kernel`` and ``DBG`` passed at its launches."""
+    names = []
+    out = []
+    for part in re.split(r"(?=^@triton\.jit\ndef )", src, flags=re.M):
+        m = re.match(r"@triton\.jit\ndef (_\w+_kernel)\(", part)
+        if m:
+            j = first_id + len(names)
+            names.append(m[1])
+            part = part.replace(f"def {m[1]}(", f"def {m[1]}(dbg_ptr, ", 1)
+            end = part.index("\n\n\n") if "\n\n\n" in part else len(part.rstrip("\n"))
+            body, rest = part[:end], part[end:]
+            body = body.replace("    if PDL:", f"    _ev(dbg_ptr, {8 * j})\n    if PDL:", 1)
+            body = re.sub(r"^(\s+)(_pdl_enter\(\)|gdc_wait\(\))$",
+                          rf"\1\2\n\1_ev(dbg_ptr, {8 * j + 2})", body, flags=re.M)
+            part = body + f"\n    _ev(dbg_ptr, {8 * j + 4})" + rest
+        out.append(part)
+    src = "".join(out)
+    src = re.sub(r"(_\w+_kernel\[[^\n]*\]\(\n\s+)", r"\1DBG, ", src)
+    return src.replace("\n\n@triton.jit\n", "\n\n" + EVENT + "@triton.jit\n", 1), names
+
+
+# (anchor, replacement) for --phases: %clock64 after a barrier, row r's slots at 64 + 32 r
+PHASES = [
+    ("    row = tl.program_id(0)\n    _, len_e",
+     "    row = tl.program_id(0)\n    ph = dbg_ptr + 64 + row * 32\n    _clk(ph, 0)\n"
+     "    _, len_e"),
+    ("    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n",
+     "    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n    _clk(ph, 1)\n"),
+    ("    g = tl.reduce(", "    _clk(ph, 2)\n    g = tl.reduce("),
+    ("    t0 = tl.maximum(", "    _clk(ph, 3)\n    t0 = tl.maximum("),
+    ("    if n_t <= 1:\n", "    _clk(ph, 4)\n    if n_t <= 1:\n"),
+    ("    tl.store(cnt_ptr + row, n)", "    _clk(ph, 5)\n    tl.store(cnt_ptr + row, n)"),
+    ("    o_ptr = out_ptr + row", "    _clk(ph, 6)\n    o_ptr = out_ptr + row"),
+    ("def _select(kb,", "def _select(ph, kb,"),
+    ("        _select(kb,", "        _select(ph, kb,"),
+    ("    tau = _kth_largest(key1, m, K, SIZE <= 4096)",
+     "    _clk(ph, 8)\n    tau = _kth_largest(key1, m, K, SIZE <= 4096)"),
+    ("    need = K - tl.sum(gt", "    _clk(ph, 9)\n    need = K - tl.sum(gt"),
+    ("    kept = tl.sum(keep, axis=0)\n", "    kept = tl.sum(keep, axis=0)\n    _clk(ph, 10)\n"),
+    ("    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))\n\n\n@triton.jit\ndef _row_kernel",
+     "    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))\n    _clk(ph, 11)\n\n\n"
+     "@triton.jit\ndef _row_kernel"),
+    ("def _collect_listed(x_row,", "def _collect_listed(ph, x_row,"),
+    ("        n = _collect_listed(x_row,", "        n = _collect_listed(ph, x_row,"),
+    ("    tl.debug_barrier()\n    n_go =", "    _clk(ph, 12)\n    n_go ="),
+]
+PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
+               12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau", 10: "keep",
+               11: "stores", 7: "end"}
+
+
+def stamped(phases: bool):
+    """(the patched _triton, the patched _row, their kernel names by id)."""
+    tsrc, tnames = _timeline(open(_triton.__file__).read(), 0)
+    tmod = load_source(tsrc, "topk_triton_stamped", "dsv4_decode.ops.topk")
+    rsrc = open(_row.__file__).read().replace(
+        "from ._triton import (", "from topk_triton_stamped import (")
+    if phases:
+        rsrc = patch(rsrc, PHASES)
+        rsrc = rsrc.replace("\n\n@triton.jit\ndef _cols",
+                            "\n\n" + STAMPS + "@triton.jit\ndef _cols")
+        last = "        _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)\n"
+        rsrc = rsrc.replace(last, last + "    _clk(ph, 7)\n")
+    rsrc, rnames = _timeline(rsrc, len(tnames))
+    sys.modules["topk_triton_stamped"] = tmod
+    rmod = load_source(rsrc, "topk_row_stamped" + ("_ph" if phases else ""),
+                       "dsv4_decode.ops.topk")
+    return tmod, rmod, tnames + rnames
+
+
+def _init(dbg):
+    dbg.zero_()
+    dbg[:, 0:64:2] = BIG  # the earliest-of slots
+
+
+def _caller(mod, inputs, k, dbg=None):
+    """A call of ``mod.launch`` on the next logits of ``inputs``; with ``dbg``, each of CALLS
+    consecutive calls gets its own stamp slots (bound at capture)."""
+    xs, lens, out, ws = inputs
+    i = [0]
+
+    def fn():
+        if dbg is not None:
+            mod.DBG = dbg[i[0] % CALLS]
+        mod.launch(xs[i[0] % len(xs)].view(torch.int16), lens, out, ws, ws.cfg, k)
+        i[0] += 1
+    return fn
+
+
+def run_path(mod, inputs, k, dbg):
+    """Replay a graph of CALLS stamped calls; return the stamp buffer (CPU)."""
+    graph = capture(_caller(mod, inputs, k, dbg), CALLS, 3)
+    for _ in range(3):
+        _init(dbg)
+        graph.replay()
+    torch.cuda.synchronize()
+    return dbg.cpu()
+
+
+def timeline(d, names) -> str:
+    med = statistics.median
+    used = [j for j in range(len(names)) if d[0, 8 * j + 1] > 0]
+    firsts = [min(d[c, 8 * j].item() for j in used) for c in range(CALLS)]
+    txt = [f"period {med(firsts[c + 1] - firsts[c] for c in range(1, CALLS - 1)) / 1e3:.2f}"]
+    prev = None
+    for j in used:
+        s = 8 * j
+        calls = range(1, CALLS - 1)
+        wait = med(d[c, s + 2] - d[c, s] for c in calls).item() / 1e3
+        run = med(d[c, s + 5] - d[c, s + 2] for c in calls).item() / 1e3
+        item = f"{names[j].strip('_').replace('_kernel', '')}: wait {wait:.2f} run {run:.2f}"
+        if prev is not None:
+            gap = med(d[c, s + 2] - d[c, 8 * prev + 5] for c in calls).item() / 1e3
+            item += f" gap {gap:.2f}"
+        txt.append(item)
+        prev = j
+    return " | ".join(txt)
+
+
+def phases(d, rows) -> str:
+    c = CALLS // 2
+    per_row = []
+    for r in range(rows):
+        base = 64 + 32 * r
+        clk = d[c, base:base + 32].tolist()
+        per_row.append({i: clk[i] - clk[0] for i in PHASE_NAMES if clk[i]})
+    order = [i for i in (1, 2, 3, 4, 12, 5, 6, 8, 9, 10, 11, 7) if i in per_row[0]]
+    txt, last = [], 0
+    for i in order:
+        t = per_row[0][i]
+        txt.append(f"{PHASE_NAMES[i]} {t - last}")
+        last = t
+    ends = sorted(p.get(7, 0) for p in per_row)
+    return "cycles (row 0): " + ", ".join(txt) + f"; end over rows: median {ends[len(ends) // 2]}"
+
+
+def main(argv) -> None:
+    k = 512
+    if "--k" in argv:
+        i = argv.index("--k")
+        k = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    want_phases = "--phases" in argv
+    argv = [a for a in argv if a != "--phases"]
+    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or [
+        (1, 65536, "1/8"), (1, 65536, "all"), (12, 65536, "all"), (64, 65536, "all"),
+        (1, 262144, "all"), (1, 1048576, "1/8"), (1, 1048576, "all"), (12, 1048576, "all")]
+    tmod, rmod, names = stamped(False)
+    pmod = stamped(True)[1] if want_phases else None
+    dbg = torch.zeros(CALLS, SLOTS, dtype=torch.int64, device="cuda")
+    print(torch.cuda.get_device_name(), flush=True)
+    for rows, cols, valid in cells:
+        xs, lens, _ = TB._inputs(rows, cols, valid)
+        ws = make_topk_workspace(rows, k, "cuda")
+        inputs = (xs, lens, torch.empty(rows, k, dtype=torch.int32, device="cuda"), ws)
+        paths = [("chunks", _triton, tmod)]
+        if cols <= _row.ROW_COLS:
+            paths.append(("row", _row, rmod))
+        for name, plain, mod in paths:
+            us = graph_time_us(_caller(plain, inputs, k), calls=CALLS)
+            line = timeline(run_path(mod, inputs, k, dbg), names)
+            print(f"{rows}x{cols}x{valid} k{k} {name}: unstamped {us:.2f} | {line}", flush=True)
+            if name == "row" and pmod is not None:
+                d = run_path(pmod, inputs, k, dbg)
+                print(f"{rows}x{cols}x{valid} k{k} row phases: {phases(d, rows)}", flush=True)
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
