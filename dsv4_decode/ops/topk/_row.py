@@ -136,7 +136,7 @@ def _select(kb, pb, n, o_ptr, K, SIZE: tl.constexpr):
     m = i < n
     key1 = tl.load(kb + i, mask=m, other=0)
     col = tl.load(pb + i, mask=m, other=0)
-    tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
+    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     tie = (m & (key1 == tau)).to(tl.int32)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest column first
@@ -178,7 +178,7 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_
     g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
     b = tl.arange(0, G)
     gk = tl.where(b < len_e, _as_key1(g), 0)
-    t0 = tl.maximum(_kth_largest(gk, gk > 0, K, G <= 4096), 1)
+    t0 = tl.maximum(_kth_largest(gk, gk > 0, tl.minimum(len_e, G), K, G <= 4096), 1)
     if n_t <= 1:
         e = _cols(0, TILE)
         key1 = tl.where(e < len_e, _key1(u0.to(tl.int32) & 0xFFFF), 0)

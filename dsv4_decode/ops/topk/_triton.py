@@ -104,24 +104,29 @@ def _level(len_e, TARGET: tl.constexpr, LMAX: tl.constexpr):
 
 
 @triton.jit
-def _kth_largest(v, m, K, HIST: tl.constexpr):
+def _kth_largest(v, m, n, K, HIST: tl.constexpr, SHIFT: tl.constexpr = 0):
     """The K-th largest of the non-negative int32 ``v[m]`` (the largest t with #{v >= t} >= K);
-    0 when fewer than K are masked in.
+    0 when fewer than K are masked in. ``n``: the count of ``m`` (the callers know it: one CTA
+    reduction fewer).
 
     HIST: selected values usually lie within 255 keys (2 octaves of bf16) of the largest, where
-    one 256-bin histogram of the distance to it answers. It costs ~110 instructions per element
-    and thread-register, so it only pays on tiles of <= 16 values per thread; otherwise, or when
-    the K-th lies further down, a 17-step bitwise search (one CTA reduction per step) does.
+    one histogram of the distance to it answers. It costs ~110 instructions per element
+    and thread-register at 256 bins, so it only pays on tiles of <= 16 values per thread;
+    otherwise, or when the K-th lies further down, a 17-step bitwise search (one CTA reduction
+    per step) does. SHIFT > 0: a lower bound only (what T0 needs): bins of 2**SHIFT distances,
+    256 >> SHIFT of them (fewer ballots and bins a value), and the value returned is the lowest
+    of the bin where the count reaches K, so at least K are >= it.
     """
-    n = tl.sum(m.to(tl.int32), axis=0)
+    BINS: tl.constexpr = 256 >> SHIFT
     t = n * 0
-    first = n * 0 + 255
+    first = n * 0 + BINS - 1
     if HIST:
         top = tl.max(tl.where(m, v, 0), axis=0)
-        hist = tl.histogram(tl.minimum(top - tl.where(m, v, top), 255), 256, mask=m)
-        first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, 256), 256), axis=0)
-        t = tl.where(n >= K, top - first, 0)
-    if (n >= K) & (first >= 255):  # bin 255 also holds everything further down
+        d = tl.minimum((top - tl.where(m, v, top)) >> SHIFT, BINS - 1)
+        hist = tl.histogram(d, BINS, mask=m)
+        first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, BINS), BINS), axis=0)
+        t = tl.where(n >= K, top - ((first + 1) << SHIFT) + 1, 0)
+    if (n >= K) & (first >= BINS - 1):  # the last bin also holds everything further down
         t = n * 0
         for b in tl.static_range(16, -1, -1):
             cand = t | (1 << b)
@@ -130,11 +135,13 @@ def _kth_largest(v, m, K, HIST: tl.constexpr):
 
 
 @triton.jit
-def _kth_group_max(g_row, n, K, SIZE: tl.constexpr):
+def _kth_group_max(g_row, n, n_valid, K, SIZE: tl.constexpr):
+    """The K-th largest of the row's first ``n`` group maxima, ``n_valid`` of them valid
+    (the others store 0)."""
     i = tl.arange(0, SIZE)
     # .cg: in the fused path these maxima were just written by other CTAs (read from L2)
     g = tl.load(g_row + i, mask=i < n, other=0, cache_modifier=".cg")
-    return _kth_largest(g, g > 0, K, SIZE <= 4096)
+    return _kth_largest(g, g > 0, n_valid, K, SIZE <= 4096)
 
 
 @triton.jit
@@ -149,15 +156,17 @@ def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.cons
     span = tl.where(folded, R * CHUNK, CHUNK)
     per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)
     n_groups = ((len_e + span - 1) // span) * per_span
+    # valid: those whose first element (span start + b, b < per_span) is inside the length
+    n_valid = (len_e // span) * per_span + tl.minimum(per_span, len_e % span)
     g_row = gmax_ptr + row.to(tl.int64) * stride_g
     # The smallest tile that holds the row's groups (typically T..2T = GROUPS / 4 .. / 2): the
     # selection costs per tile slot, masked or not.
     if n_groups <= GROUPS // 4:
-        t = _kth_group_max(g_row, n_groups, K, GROUPS // 4)
+        t = _kth_group_max(g_row, n_groups, n_valid, K, GROUPS // 4)
     elif n_groups <= GROUPS // 2:
-        t = _kth_group_max(g_row, n_groups, K, GROUPS // 2)
+        t = _kth_group_max(g_row, n_groups, n_valid, K, GROUPS // 2)
     else:
-        t = _kth_group_max(g_row, n_groups, K, GROUPS)
+        t = _kth_group_max(g_row, n_groups, n_valid, K, GROUPS)
     return tl.maximum(t, 1)
 
 
@@ -432,9 +441,9 @@ def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.const
 
 
 @triton.jit
-def _select_tile(packed, pk, m, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
-    """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries, ``m``: the
-    live ones; ``cc``: candidates per span), written in ascending index order.
+def _select_tile(packed, pk, n, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
+    """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries, the first
+    ``n`` live; ``cc``: candidates per span), written in ascending index order.
 
     tau = the K-th largest key1. The candidates are then put in index order (span prefix of
     the per-span counts + rank inside the span: independent of the order the atomics gave the
@@ -443,9 +452,10 @@ def _select_tile(packed, pk, m, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
     index-order permutation goes through global scratch (Triton has no register scatter).
     """
     i = tl.arange(0, SIZE)
+    m = i < n
     key1 = packed & RANK_MASK
     idx = pk & COL_MASK
-    tau = _kth_largest(key1, m, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
+    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     pre = tl.cumsum(cc, axis=0) - cc
@@ -524,12 +534,12 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     packed = tl.load(kbuf_ptr + b_off + i)
     pk = tl.load(pbuf_ptr + b_off + i)
     if n <= SMALL:
-        _select_tile(packed, pk, i < n, cc, sc_ptr + b_off, o_ptr, K, SMALL)
+        _select_tile(packed, pk, n, cc, sc_ptr + b_off, o_ptr, K, SMALL)
     elif n <= CAP:
         c = tl.arange(0, CAP)
         m = c < n
         _select_tile(tl.load(kbuf_ptr + b_off + c, mask=m, other=0),
-                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), m, cc, sc_ptr + b_off,
+                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), n, cc, sc_ptr + b_off,
                      o_ptr, K, CAP)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)

@@ -1,0 +1,146 @@
+"""Probe: cycles of one CTA's K-th-largest step, variant by variant (one Hopper GPU).
+
+    PYTHONPATH=. python3 scripts/topk_kth_probe.py
+
+Every single-CTA phase of plain-mode top-k (T0 over group maxima, tau over candidates) is
+``_triton._kth_largest``; Session 18's stamps (``scripts/topk_stamps.py``) put 4,500 cycles
+on it over 2,048 group maxima and 3,100 over a 1,024-slot candidate tile, half of a one-tile
+row's 16,000. One CTA of 8 warps runs each variant on int32 keys like the kernels' (random
+bf16 key1 maxima), with ``%clock64`` after a barrier before and after it (median of 20
+launches). Variants:
+
+- ``hist``: ``_kth_largest`` with the valid count summed first (as before session 18);
+- ``hist-n``: the same with the count passed in (the kernels know it);
+- ``coarse64`` / ``coarse128``: ``_kth_largest``'s lower bound (SHIFT 2 / 1): a 64- / 128-bin
+  histogram of ``(top - v) >> SHIFT``; at least K are >= the value (enough for T0);
+- ``warp``: a lower bound: each warp's own K/8-th largest (distance search from its own top,
+  8 steps, shuffle-only reductions), then the CTA minimum of the 8;
+- ``search4``: exact: four 4-ary steps on the distance to the top (a [4] count vector a
+  step, one CTA reduction);
+- ``max``, ``sum``: one CTA reduction alone (calibration).
+
+Prints cycles and the value (the exact ones must agree; the bounds must be <= them, with the
+count of keys >= the value).
+"""
+
+import statistics
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from dsv4_decode.ops.topk._triton import _kth_largest
+
+VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "warp", "search4", "max", "sum"]
+
+
+@triton.jit
+def _clk():
+    tl.debug_barrier()
+    return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [tl.program_id(0)],
+                                     dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _warp_bound(v2, K, W: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """v2: [ROWS * W, COLS] (row r in warp r % W): each warp's K / W-th largest by a search
+    on the distance to its top, then the minimum over the warps."""
+    v3 = tl.reshape(v2, [ROWS, W, COLS])
+    top = tl.max(tl.max(v3, axis=2), axis=0)  # [W]
+    q = (K + W - 1) // W
+    d = top * 0  # per warp: the smallest distance with >= q keys within it
+    for b in tl.static_range(7, -1, -1):
+        # keys >= top - (d + 2**b - 1): if fewer than q, the answer is above d + 2**b - 1
+        t = (top - (d + (1 << b) - 1))[None, :, None]
+        c = tl.sum(tl.sum((v3 >= t).to(tl.int32), axis=2), axis=0)
+        d = tl.where(c < q, d + (1 << b), d)
+    return tl.maximum(tl.min(top - d, axis=0), 1)
+
+
+@triton.jit
+def _search4(v, m, n, K):
+    """Exact: the smallest distance D <= 255 below the top with #{v >= top - D} >= K by four
+    4-ary steps (three thresholds a step, one CTA reduction of a [4] count vector each); the
+    first step also counts at D = 255 (beyond: the bitwise search). 0 when n < K."""
+    top = tl.max(tl.where(m, v, 0), axis=0)
+    j = tl.arange(0, 4)
+    d = top * 0
+    far = top * 0
+    for s in tl.static_range(3, -1, -1):
+        dj = tl.where(j == 0, 255, d + j * (1 << (2 * s)) - 1)
+        c = tl.sum(((v[:, None] >= (top - dj)[None, :]) & m[:, None]).to(tl.int32), axis=0)
+        if s == 3:
+            far = tl.sum(tl.where(j == 0, c, 0), axis=0) < K
+        d += (1 << (2 * s)) * tl.sum(((c < K) & (j > 0)).to(tl.int32), axis=0)
+    t = tl.where(n >= K, top - d, 0)
+    if (n >= K) & far:
+        t = n * 0
+        for b in tl.static_range(16, -1, -1):
+            cand = t | (1 << b)
+            t = tl.where(tl.sum((m & (v >= cand)).to(tl.int32), axis=0) >= K, cand, t)
+    return t
+
+
+@triton.jit
+def _probe_kernel(v_ptr, out_ptr, n, K, SIZE: tl.constexpr, VAR: tl.constexpr):
+    i = tl.arange(0, SIZE)
+    v = tl.load(v_ptr + i)
+    m = i < n
+    W: tl.constexpr = 8
+    COLS: tl.constexpr = 128
+    ROWS: tl.constexpr = SIZE // (W * COLS)
+    r = tl.arange(0, ROWS * W)
+    v2 = tl.load(v_ptr + r[:, None] * COLS + tl.arange(0, COLS)[None, :])
+    t0 = _clk()
+    if VAR == 0:
+        x = _kth_largest(v, m, tl.sum(m.to(tl.int32), axis=0), K, True)
+    elif VAR == 1:
+        x = _kth_largest(v, m, n, K, True)
+    elif VAR == 2:
+        x = tl.maximum(_kth_largest(v, m, n, K, True, 2), 1)
+    elif VAR == 3:
+        x = tl.maximum(_kth_largest(v, m, n, K, True, 1), 1)
+    elif VAR == 4:
+        x = _warp_bound(v2, K, W, ROWS, COLS)
+    elif VAR == 5:
+        x = _search4(v, m, n, K)
+    elif VAR == 6:
+        x = tl.max(v, axis=0)
+    else:
+        x = tl.sum(v, axis=0)
+    t1 = _clk()
+    tl.store(out_ptr, x)
+    tl.store(out_ptr + 1, (t1 - t0).to(tl.int32))
+
+
+def inputs(size: int, seed: int) -> torch.Tensor:
+    """key1 of the maxima of 4 random normal bf16 values (the T0 step's input)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(size, 4, generator=g).to(torch.bfloat16).amax(1)
+    u = x.view(torch.int16).to(torch.int32) & 0xFFFF
+    key = torch.where(u >= 0x8000, 0xFFFF - u, u + 0x8000)
+    return (key + 1).to(torch.int32)
+
+
+def main(argv) -> None:
+    k = 512
+    print(torch.cuda.get_device_name())
+    out = torch.zeros(2, dtype=torch.int32, device="cuda")
+    for size in (1024, 2048, 4096):
+        v = inputs(size, size)
+        vd = v.cuda()
+        line = []
+        for var, name in enumerate(VARIANTS):
+            cyc = []
+            for _ in range(20):
+                _probe_kernel[(1,)](vd, out, size, k, SIZE=size, VAR=var, num_warps=8)
+                torch.cuda.synchronize()
+                cyc.append(out[1].item())
+            x = out[0].item()
+            line.append(f"{name} {statistics.median(cyc):.0f} (t {x}, {(v >= x).sum().item()} >=)")
+        print(f"size {size} k {k}: " + ", ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
