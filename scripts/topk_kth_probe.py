@@ -17,6 +17,9 @@ launches). Variants:
   8 steps, shuffle-only reductions), then the CTA minimum of the 8;
 - ``search4``: exact: four 4-ary steps on the distance to the top (a [4] count vector a
   step, one CTA reduction);
+- ``parts``: ``_triton._part_bound`` (the kernels' T0 since session 18: ``warp`` by 4-ary
+  steps, the [SIZE] load's own layout in parts);
+- ``exact16``: ``_triton._kth_parts``: exact, two 16-ary steps of per-part counts;
 - ``max``, ``sum``: one CTA reduction alone (calibration).
 
 Prints cycles and the value (the exact ones must agree; the bounds must be <= them, with the
@@ -30,9 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4_decode.ops.topk._triton import _kth_largest
+from dsv4_decode.ops.topk._triton import _kth_largest, _kth_parts, _part_bound
 
-VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "warp", "search4", "max", "sum"]
+VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "warp", "search4", "parts", "exact16",
+            "max", "sum"]
 
 
 @triton.jit
@@ -106,6 +110,11 @@ def _probe_kernel(v_ptr, out_ptr, n, K, SIZE: tl.constexpr, VAR: tl.constexpr):
     elif VAR == 5:
         x = _search4(v, m, n, K)
     elif VAR == 6:
+        x = _part_bound(tl.reshape(v, [SIZE // 1024, 8, 128]), K, 8)
+    elif VAR == 7:
+        x = _kth_parts(tl.where(m, v, 0), tl.reshape(tl.where(m, v, 0), [SIZE // 1024, 8, 128]),
+                       n, K)
+    elif VAR == 8:
         x = tl.max(v, axis=0)
     else:
         x = tl.sum(v, axis=0)

@@ -38,6 +38,7 @@ from ._triton import (
     _key1,
     _kth_largest,
     _max_nan,
+    _part_bound,
     _pdl_enter,
     _row_length,
     _vmax,
@@ -45,6 +46,7 @@ from ._triton import (
 from .config import ROW_COLS
 
 NUM_WARPS = 8
+PARTS = tl.constexpr(8)  # T0's parts (_part_bound): one a warp at NUM_WARPS
 TILE = 8192  # columns a fold step: 32 a thread at 8 warps (four 16-byte loads)
 
 
@@ -178,7 +180,11 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_
     g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
     b = tl.arange(0, G)
     gk = tl.where(b < len_e, _as_key1(g), 0)
-    t0 = tl.maximum(_kth_largest(gk, gk > 0, tl.minimum(len_e, G), K, G <= 4096), 1)
+    # T0 by parts: warp w holds groups G / 8 w .. (8 a thread), so each part's reductions
+    # stay in its warp (_part_bound); the exact K-th when a part has no bound
+    t0 = _part_bound(tl.reshape(gk, [1, PARTS, G // PARTS]), K, PARTS)
+    if t0 == 0:
+        t0 = tl.maximum(_kth_largest(gk, gk > 0, tl.minimum(len_e, G), K, G <= 4096), 1)
     if n_t <= 1:
         e = _cols(0, TILE)
         key1 = tl.where(e < len_e, _key1(u0.to(tl.int32) & 0xFFFF), 0)
