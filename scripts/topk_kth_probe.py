@@ -17,9 +17,8 @@ launches). Variants:
   8 steps, shuffle-only reductions), then the CTA minimum of the 8;
 - ``search4``: exact: four 4-ary steps on the distance to the top (a [4] count vector a
   step, one CTA reduction);
-- ``parts``: ``_triton._part_bound`` (the kernels' T0 since session 18: ``warp`` by 4-ary
-  steps, the [SIZE] load's own layout in parts);
-- ``exact16``: ``_triton._kth_parts``: exact, two 16-ary steps of per-part counts;
+- ``parts``: ``_triton._part_bound`` (the kernels' T0 since session 18: ``warp`` on the
+  [SIZE] load's own layout, viewed as parts);
 - ``max``, ``sum``: one CTA reduction alone (calibration).
 
 Prints cycles and the value (the exact ones must agree; the bounds must be <= them, with the
@@ -33,10 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4_decode.ops.topk._triton import _kth_largest, _kth_parts, _part_bound
+from dsv4_decode.ops.topk._triton import _kth_largest, _part_bound
 
-VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "warp", "search4", "parts", "exact16",
-            "max", "sum"]
+VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "warp", "search4", "parts", "max",
+            "sum"]
 
 
 @triton.jit
@@ -112,9 +111,6 @@ def _probe_kernel(v_ptr, out_ptr, n, K, SIZE: tl.constexpr, VAR: tl.constexpr):
     elif VAR == 6:
         x = _part_bound(tl.reshape(v, [SIZE // 1024, 8, 128]), K, 8)
     elif VAR == 7:
-        x = _kth_parts(tl.where(m, v, 0), tl.reshape(tl.where(m, v, 0), [SIZE // 1024, 8, 128]),
-                       n, K)
-    elif VAR == 8:
         x = tl.max(v, axis=0)
     else:
         x = tl.sum(v, axis=0)

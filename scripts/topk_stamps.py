@@ -15,7 +15,7 @@ last end -> this one's first CTA past its wait: the dependent-launch hand-off).
 ``--phases`` adds a second copy of ``_row`` with ``%clock64`` stamps after CTA barriers at its
 phase boundaries (the barriers make them serial, so the sum can exceed the unstamped time) and
 prints the cycles of row 0's CTA from its wait: fold of tile 0, the other tiles, the group
-maxima, T0, the collect (list, re-read), the select (tau, keep, stores).
+maxima, T0, the collect (list, re-read), the select (tau, need, ``_write_kept``).
 """
 
 import re
@@ -76,26 +76,25 @@ PHASES = [
     ("    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n",
      "    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n    _clk(ph, 1)\n"),
     ("    g = tl.reduce(", "    _clk(ph, 2)\n    g = tl.reduce("),
-    ("    t0 = tl.maximum(", "    _clk(ph, 3)\n    t0 = tl.maximum("),
+    ("    t0 = _part_bound(", "    _clk(ph, 3)\n    t0 = _part_bound("),
     ("    if n_t <= 1:\n", "    _clk(ph, 4)\n    if n_t <= 1:\n"),
     ("    tl.store(cnt_ptr + row, n)", "    _clk(ph, 5)\n    tl.store(cnt_ptr + row, n)"),
     ("    o_ptr = out_ptr + row", "    _clk(ph, 6)\n    o_ptr = out_ptr + row"),
     ("def _select(kb,", "def _select(ph, kb,"),
     ("        _select(kb,", "        _select(ph, kb,"),
-    ("    tau = _kth_largest(key1, m, K, SIZE <= 4096)",
-     "    _clk(ph, 8)\n    tau = _kth_largest(key1, m, K, SIZE <= 4096)"),
+    ("    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)",
+     "    _clk(ph, 8)\n    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)"),
     ("    need = K - tl.sum(gt", "    _clk(ph, 9)\n    need = K - tl.sum(gt"),
-    ("    kept = tl.sum(keep, axis=0)\n", "    kept = tl.sum(keep, axis=0)\n    _clk(ph, 10)\n"),
-    ("    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))\n\n\n@triton.jit\ndef _row_kernel",
-     "    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))\n    _clk(ph, 11)\n\n\n"
-     "@triton.jit\ndef _row_kernel"),
+    ("    _write_kept(gt, m & (key1 == tau), need, p & 0xFFFF, n, o_ptr, K)\n",
+     "    _clk(ph, 10)\n    _write_kept(gt, m & (key1 == tau), need, p & 0xFFFF, n, o_ptr, K)\n"
+     "    _clk(ph, 11)\n"),
     ("def _collect_listed(x_row,", "def _collect_listed(ph, x_row,"),
     ("        n = _collect_listed(x_row,", "        n = _collect_listed(ph, x_row,"),
     ("    tl.debug_barrier()\n    n_go =", "    _clk(ph, 12)\n    n_go ="),
 ]
 PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
-               12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau", 10: "keep",
-               11: "stores", 7: "end"}
+               12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau", 10: "need",
+               11: "write", 7: "end"}
 
 
 def stamped(phases: bool):

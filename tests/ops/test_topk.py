@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from dsv4_decode.bench.timing import capture
 from dsv4_decode.ops.topk import (
@@ -16,6 +18,7 @@ from dsv4_decode.ops.topk import (
     decode_topk_ref,
     make_topk_workspace,
 )
+from dsv4_decode.ops.topk._triton import _part_bound
 from dsv4_decode.ops.topk.config import TopkConfig
 
 BF16 = torch.bfloat16
@@ -215,6 +218,49 @@ def test_fallback_path_is_exercised(path, device, monkeypatch):
     got = decode_topk(make_padded(x.to(device)), lens.to(device), k, workspace=ws)
     assert int(ws.cnt[0]) > cfg.cap
     assert got.cpu()[0].tolist() == list(range(k - 1)) + [cols - 5]
+
+
+def _part_bound_ref(v: torch.Tensor, k: int) -> int:
+    """``_triton._part_bound``'s definition on the [SIZE] keys v (0 = not valid), parts of
+    ``[SIZE / 1024, 8, 128]``: each part's ceil(k / 8)-th largest key, the least of the eight,
+    or 0 when a part has fewer valid keys or its one lies more than 255 below the part's top."""
+    q = -(-k // 8)
+    t = []
+    for part in v.view(-1, 8, 128).transpose(0, 1).reshape(8, -1):
+        keys = part[part > 0].sort(descending=True).values
+        if keys.numel() < q or int(keys[0] - keys[q - 1]) > 255:
+            return 0
+        t.append(max(int(keys[q - 1]), 1))
+    return min(t)
+
+
+@triton.jit
+def _part_bound_kernel(v_ptr, out_ptr, K, SIZE: tl.constexpr):
+    v = tl.load(v_ptr + tl.arange(0, SIZE))
+    tl.store(out_ptr, _part_bound(tl.reshape(v, [SIZE // 1024, 8, 128]), K, 8))
+
+
+def test_part_bound_matches_definition(device):
+    """T0 by parts (each warp's own K/8-th largest, ``_part_bound``) on crafted keys: random
+    maxima, invalid slots, a part with too few keys, a part spread past 255 keys."""
+    gen = torch.Generator().manual_seed(18)
+    for size, k in ((1024, 512), (2048, 512), (2048, 64), (1024, 8)):
+        x = torch.randn(size, 4, generator=gen).to(BF16).amax(1)
+        u = x.view(torch.int16).to(torch.int32) & 0xFFFF
+        key1 = (torch.where(u >= 0x8000, 0xFFFF - u, u + 0x8000) + 1).to(torch.int32)
+        sparse = key1.clone()
+        sparse[torch.randperm(size, generator=gen)[: size // 4]] = 0  # invalid slots
+        short = key1.clone()
+        short.view(-1, 8, 128)[:, 3] = 0  # part 3 empty
+        wide = key1.clone()
+        wide.view(-1, 8, 128)[:, 5, ::2] = 1  # part 5: half its keys far below its top
+        for v in (key1, sparse, short, wide):
+            out = torch.zeros(1, dtype=torch.int32, device=device)
+            _part_bound_kernel[(1,)](v.to(device), out, k, SIZE=size, num_warps=8)
+            want = _part_bound_ref(v, k)
+            assert int(out[0]) == want, (size, k)
+            assert want == 0 or int((v >= want).sum()) >= k
+        assert _part_bound_ref(short, k) == 0 and (k > 8 or _part_bound_ref(wide, k) > 0)
 
 
 @pytest.mark.parametrize("log_r", [1, 2])

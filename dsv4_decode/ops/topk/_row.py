@@ -1,5 +1,5 @@
 """One-CTA-a-row kernel of ``decode_topk`` (private): short rows, one launch. Design and
-measurements: docs/kernels/topk.md (session 17).
+measurements: docs/kernels/topk.md (sessions 17, 18).
 
 The four-launch pipeline (``_triton``) spreads a row over many programs and pays a kernel
 boundary (about 2 µs in a dependent-launch chain) for each hand-off between them. A row of up
@@ -10,17 +10,20 @@ same algorithm with every hand-off a CTA barrier instead:
    row, one 16-byte load), folded elementwise with a NaN-propagating max (columns past the
    length read -inf), the next tile's loads in flight while one is folded; the key1 maximum
    of every segment of 8 columns is stored (``smax``).
-2. T0 = the K-th largest of ``G`` strided group maxima of the fold (group b = columns
-   b + j * G), as key1; a group is valid when b < length. At least K elements are >= T0 (each
-   of those K groups holds its maximum), so the top K are >= T0. With fewer than K valid
-   groups T0 = 1: every valid element is a candidate.
+2. T0 from ``G`` strided group maxima of the fold (group b = columns b + j * G), as key1; a
+   group is valid when b < length. T0 is ``_triton._part_bound`` (each warp's own K/8-th
+   largest, the least of the eight), or, when that has no bound, the exact K-th largest. At
+   least K group maxima are >= T0 and each is an element, so the top K are >= T0. With fewer
+   than K valid groups T0 = 1: every valid element is a candidate.
 3. Every element >= T0 is written to the row's candidate buffer *in column order* (a
-   per-thread count, one scan over the thread rows, a running base), so no span bookkeeping
-   is needed: a row of one tile from the registers of step 1; a longer one lists the
-   segments whose maximum reaches T0 (ascending, ``seglist``) and re-reads only those.
+   per-thread count, one scan over the thread rows, a running base), as one int32: its 16-bit
+   key above its column (rows of at most 65,536 columns), so no span bookkeeping is needed:
+   a row of one tile from the registers of step 1; a longer one lists the segments whose
+   maximum reaches T0 (ascending, ``seglist``) and re-reads only those.
 4. A CTA barrier, then the exact top K of the candidates: tau = the K-th largest key1, the
-   ties at tau kept lowest column first, written ascending, ``-1`` after. More than ``CAP``
-   candidates (heavy ties) takes ``_triton._exact_fallback`` (counting scans of the row).
+   ties at tau kept lowest column first, written ascending, ``-1`` after (``_write_kept``).
+   More than ``CAP`` candidates (heavy ties) takes ``_triton._exact_fallback`` (counting
+   scans of the row).
 
 No atomics and no counters to re-arm: graph-safe and bitwise deterministic. The grid is (rows,).
 """
@@ -42,6 +45,7 @@ from ._triton import (
     _pdl_enter,
     _row_length,
     _vmax,
+    _write_kept,
 )
 from .config import ROW_COLS
 
@@ -79,15 +83,15 @@ def _values(e, u, len_e, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _collect(e, key1, t0, kb, pb, base, CAP: tl.constexpr):
-    """Append the elements ``e`` ([S, 8], in column order) with key1 >= t0 at ``base`` onward;
-    return the new base. Positions at or past CAP are counted, not written."""
+def _collect(e, key1, t0, kb, base, CAP: tl.constexpr):
+    """Append the elements ``e`` ([S, 8], in column order) with key1 >= t0 at ``base`` onward
+    as ``(key1 - 1) << 16 | column``; return the new base. Positions at or past CAP are
+    counted, not written."""
     cand = (key1 >= t0).to(tl.int32)
     n_r = tl.sum(cand, axis=1)
     pos = base + (tl.cumsum(n_r, axis=0) - n_r)[:, None] + tl.cumsum(cand, axis=1) - 1
     keep = (cand == 1) & (pos < CAP)
-    tl.store(kb + pos, key1, mask=keep)
-    tl.store(pb + pos, e, mask=keep)
+    tl.store(kb + pos, ((key1 - 1) << 16) | e, mask=keep)  # key and column: 16 bits each
     return base + tl.sum(n_r, axis=0)
 
 
@@ -106,7 +110,7 @@ def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr):
 
 
 @triton.jit
-def _collect_listed(x_row, s_row, l_row, len_e, t0, kb, pb, TILE: tl.constexpr,
+def _collect_listed(x_row, s_row, l_row, len_e, t0, kb, TILE: tl.constexpr,
                     SEGS: tl.constexpr, CAP: tl.constexpr):
     """Collect a row of several tiles: the segments whose maximum reaches T0, listed ascending
     (each holds a candidate, so more than CAP of them is an overflow: CAP + 1 is returned),
@@ -125,31 +129,27 @@ def _collect_listed(x_row, s_row, l_row, len_e, t0, kb, pb, TILE: tl.constexpr,
         ok = j < n_go
         e = tl.load(l_row + j, mask=ok, other=0)[:, None] * 8 + tl.arange(0, 8)[None, :]
         u = tl.load(x_row + e, mask=ok[:, None], other=0).to(tl.int32) & 0xFFFF
-        n = _collect(e, tl.where(ok[:, None] & (e < len_e), _key1(u), 0), t0, kb, pb, n, CAP)
+        n = _collect(e, tl.where(ok[:, None] & (e < len_e), _key1(u), 0), t0, kb, n, CAP)
         b0 += TILE // 8
     return tl.where(n_act <= CAP, n, CAP + 1)
 
 
 @triton.jit
-def _select(kb, pb, n, o_ptr, K, SIZE: tl.constexpr):
-    """Exact top K of the n (<= SIZE) candidates kb / pb (key1 / column, in column order),
-    written ascending to ``o_ptr``, -1 filling the tail."""
+def _select(kb, n, o_ptr, K, SIZE: tl.constexpr):
+    """Exact top K of the n (<= SIZE) candidates ``kb`` (``_collect``'s entries, in column
+    order), written ascending to ``o_ptr``, -1 filling the tail."""
     i = tl.arange(0, SIZE)
     m = i < n
-    key1 = tl.load(kb + i, mask=m, other=0)
-    col = tl.load(pb + i, mask=m, other=0)
+    p = tl.load(kb + i, mask=m, other=0)
+    key1 = tl.where(m, ((p >> 16) & 0xFFFF) + 1, 0)
     tau = _kth_largest(key1, m, n, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
-    tie = (m & (key1 == tau)).to(tl.int32)
     need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest column first
-    keep = (gt | ((tie == 1) & (tl.cumsum(tie, axis=0) <= need))).to(tl.int32)
-    kept = tl.sum(keep, axis=0)
-    tl.store(o_ptr + tl.cumsum(keep, axis=0) - 1, col, mask=keep == 1)
-    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))
+    _write_kept(gt, m & (key1 == tau), need, p & 0xFFFF, n, o_ptr, K)
 
 
 @triton.jit
-def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, out_ptr,
+def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, out_ptr,
                 stride_x, stride_s, stride_b, stride_o, cols, K, TILE: tl.constexpr,
                 G: tl.constexpr, SEGS: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
                 SCAN: tl.constexpr, PDL: tl.constexpr):
@@ -161,7 +161,6 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_
     # 8 elements; stated on the product, as on the stride alone it does not carry)
     x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
     kb = kbuf_ptr + row.to(tl.int64) * stride_b
-    pb = pbuf_ptr + row.to(tl.int64) * stride_b
     s_row = smax_ptr + row.to(tl.int64) * stride_s
     l_row = list_ptr + row.to(tl.int64) * stride_s
     n_t = (len_e + TILE - 1) // TILE
@@ -188,16 +187,16 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, pbuf_
     if n_t <= 1:
         e = _cols(0, TILE)
         key1 = tl.where(e < len_e, _key1(u0.to(tl.int32) & 0xFFFF), 0)
-        n = _collect(e, key1, t0, kb, pb, len_e * 0, CAP)
+        n = _collect(e, key1, t0, kb, len_e * 0, CAP)
     else:
-        n = _collect_listed(x_row, s_row, l_row, len_e, t0, kb, pb, TILE, SEGS, CAP)
+        n = _collect_listed(x_row, s_row, l_row, len_e, t0, kb, TILE, SEGS, CAP)
     tl.store(cnt_ptr + row, n)  # (the candidate count: for the tests and diagnostics)
     tl.debug_barrier()  # the candidates were written by other threads of this CTA
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
-        _select(kb, pb, n, o_ptr, K, SMALL)
+        _select(kb, n, o_ptr, K, SMALL)
     elif n <= CAP:
-        _select(kb, pb, n, o_ptr, K, CAP)
+        _select(kb, n, o_ptr, K, CAP)
     else:
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
 
@@ -213,11 +212,12 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     """Run ``_row_kernel`` over all rows (``x16``: the bf16 logits as int16 [rows, cols]).
     ``pdl`` (sm_90+): a programmatic dependent launch, as ``_triton.launch``'s kernels."""
     rows, cols = x16.shape
-    if cols > ROW_COLS:  # the segment buffers (smax, seglist) hold ROW_COLS / 8 a row
+    # the segment buffers (smax, seglist) hold ROW_COLS / 8 a row; a candidate's column is 16 bits
+    if cols > ROW_COLS:
         raise ValueError(f"_row.launch: {cols} columns, at most {ROW_COLS}")
     pdl = pdl and pdl_capable(x16.device)
     _row_kernel[(rows,)](
-        x16, lengths, ws.smax, ws.seglist, ws.cnt, ws.kbuf, ws.pbuf, out, x16.stride(0),
+        x16, lengths, ws.smax, ws.seglist, ws.cnt, ws.kbuf, out, x16.stride(0),
         ws.smax.stride(0), ws.kbuf.stride(0), out.stride(0), cols, k, TILE=TILE, G=groups(k),
         SEGS=triton.next_power_of_2(triton.cdiv(cols, 8)), SMALL=cfg.small, CAP=cfg.cap,
         SCAN=2048, PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))

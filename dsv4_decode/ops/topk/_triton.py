@@ -143,57 +143,28 @@ def _kth_bitwise(v, m, K):
 
 
 @triton.jit
-def _part_counts(v3, t):
-    """#{keys of ``v3`` [A, W, C] >= t[j]} for each of the 16 thresholds ``t`` (0 = no key):
-    the sums over a part stay in its warp, then one CTA sum."""
-    ge = ((v3 > 0)[:, :, :, None] & (v3[:, :, :, None] >= t[None, None, None, :])).to(tl.int32)
-    return tl.sum(tl.sum(tl.sum(ge, axis=2), axis=0), axis=0)
-
-
-@triton.jit
-def _kth_parts(v, v3, n, K):
-    """``_kth_largest(v, v > 0, n, K, True)`` (``v`` [SIZE] > 0 = a key, n of them; ``v3`` the
-    same as [A, W, C], part w in warp w) by two 16-ary steps on the distance to the top, 15
-    thresholds a step, each counted by ``_part_counts`` (one CTA reduction a step, against the
-    histogram's cross-warp sums, scan and minimum); past 255 below the top the bitwise search."""
-    top = tl.max(tl.max(tl.max(v3, axis=2), axis=0), axis=0)
-    j = tl.arange(0, 16)
-    c = _part_counts(v3, top - tl.where(j == 0, 255, 16 * j - 1))  # j = 0: is it within 255
-    d = 16 * tl.sum(((c < K) & (j > 0)).to(tl.int32), axis=0)
-    far = tl.sum(tl.where(j == 0, c, 0), axis=0) < K
-    c = _part_counts(v3, top - (d + j - 1))
-    d += tl.sum(((c < K) & (j > 0)).to(tl.int32), axis=0)
-    t = tl.where(n >= K, top - d, 0)
-    if (n >= K) & far:
-        t = _kth_bitwise(v, v > 0, K)
-    return t
-
-
-@triton.jit
 def _part_bound(v3, K, W: tl.constexpr):
     """T0 from W parts: ``v3`` [A, W, C] non-negative keys (0 = not valid); part w =
     ``v3[:, w, :]``, which the callers' layouts put in one warp, so every reduction here but
-    the last runs inside a warp (no CTA barrier: measured 2,100 cycles against 4,400 for
-    ``_kth_largest`` on 2,048 keys, ``scripts/topk_kth_probe.py``).
+    the last runs inside a warp (no CTA barrier; ``scripts/topk_kth_probe.py``: 2,100 cycles
+    against 4,400 for ``_kth_largest`` on 2,048 keys, 2,900 against 6,300 on 4,096).
 
     t_w = part w's top minus the smallest distance D <= 255 with q = ceil(K / W) of its keys
-    within D of it (four 4-ary steps); T0 = min_w t_w, so at least W q >= K keys are >= T0 (a
-    lower bound, a little below the exact K-th: a few % more candidates). Returns 0 when a
-    part has fewer than q valid keys within 255 of its top (short rows, wide value ranges):
-    the caller then takes ``_kth_largest``."""
+    within D of it (an 8-step binary search; 4-ary steps measured slower from 2,048 keys);
+    T0 = min_w t_w, so at least W q >= K keys are >= T0: a lower bound, a little below the
+    exact K-th (a few % more candidates). Returns 0 when a part has fewer than q valid keys
+    within 255 of its top (short rows, wide value ranges): the caller then takes
+    ``_kth_largest``."""
     q = (K + W - 1) // W
     ok = v3 > 0
     top = tl.max(tl.max(v3, axis=2), axis=0)  # [W]
     c = tl.sum(tl.sum((ok & (v3 >= (top - 255)[None, :, None])).to(tl.int32), axis=2), axis=0)
     found = (top > 0) & (c >= q)
     d = top * 0
-    for s in tl.static_range(3, -1, -1):  # D in [d, d + 4 ** (s + 1))
-        step = d * 0
-        for j in tl.static_range(1, 4):
-            t = top - (d + j * (1 << (2 * s)) - 1)
-            c = tl.sum(tl.sum((ok & (v3 >= t[None, :, None])).to(tl.int32), axis=2), axis=0)
-            step += (c < q).to(tl.int32)
-        d += step << (2 * s)
+    for b in tl.static_range(7, -1, -1):  # D in [d, d + 2 ** (b + 1))
+        t = top - (d + (1 << b) - 1)
+        c = tl.sum(tl.sum((ok & (v3 >= t[None, :, None])).to(tl.int32), axis=2), axis=0)
+        d += (c < q).to(tl.int32) << b
     return tl.min(tl.where(found, tl.maximum(top - d, 1), 0), axis=0)
 
 
@@ -515,8 +486,8 @@ def _select_tile(packed, pk, n, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
 
     tau = the K-th largest key1. The candidates are then put in index order (span prefix of
     the per-span counts + rank inside the span: independent of the order the atomics gave the
-    buffer), where one prefix sum ranks the ties at tau so the lowest indices win, and a second
-    one packs the kept indices. The span prefix is gathered in registers (``tl.gather``); the
+    buffer), where ``_write_kept`` keeps the ties at tau lowest index first and packs the kept
+    indices. The span prefix is gathered in registers (``tl.gather``); the
     index-order permutation goes through global scratch (Triton has no register scatter).
     """
     i = tl.arange(0, SIZE)
@@ -532,11 +503,21 @@ def _select_tile(packed, pk, n, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
     tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
-    tie = (v >> TIE_SHIFT) == 1
-    keep = ((v >> TIE_SHIFT) == 2) | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= need))
-    kept = tl.sum(keep.to(tl.int32), axis=0)
-    tl.store(o_ptr + tl.cumsum(keep.to(tl.int32), axis=0) - 1, v & COL_MASK, mask=keep)
-    tl.store(o_ptr + i, -1, mask=(i >= kept) & (i < K))
+    _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr, K)
+
+
+@triton.jit
+def _write_kept(gt, tie, need, col, n, o_ptr, K):
+    """The selection's output: the columns ``col`` of every ``gt`` entry and of the first
+    ``need`` ``tie`` entries (entries in column order, n live; tau the K-th largest, or 0 with
+    fewer than K), ascending, then -1 up to K. Kept: K, or n when n < K. One prefix sum of
+    both counts packed in an int32 (entries < 2**16) places everything."""
+    c = tl.cumsum(gt.to(tl.int32) + (tie.to(tl.int32) << 16), axis=0)
+    c_tie = c >> 16
+    keep = gt | (tie & (c_tie <= need))
+    tl.store(o_ptr + (c & 0xFFFF) + tl.minimum(c_tie, need) - 1, col, mask=keep)
+    i = tl.arange(0, gt.shape[0])
+    tl.store(o_ptr + i, -1, mask=(i >= tl.minimum(n, K)) & (i < K))
 
 
 @triton.jit

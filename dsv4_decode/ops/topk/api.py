@@ -33,7 +33,8 @@ class TopkWorkspace:
       (``_row``: more than ``cfg.cap`` means its exact fallback ran);
     - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key ``| rank inside its
       span << 17``, and its index ``| span << 20`` (a span: a chunk, or a batch of up to 16
-      segments of one collect program);
+      segments of one collect program); ``_row`` writes ``kbuf`` only, ``(key1 - 1) << 16 |
+      column``, in column order;
     - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 

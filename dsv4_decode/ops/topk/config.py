@@ -42,7 +42,7 @@ RADIX_ELEMENTS = 512
 # 9.0 at 1-64 rows against 10.0-18.2). At 48 rows it wins at 1/8 (9.2 / 15.8) and loses a
 # little at all valid (19.6 / 19.0); at 24 it loses 3.6 at all valid. At k = 2,048 the select
 # costs more: 24 x 64K all 34.7 against 25.0.
-ROW_COLS = 65536
+ROW_COLS = 65536  # at most 2**16: ``_row`` packs a candidate's column in 16 bits
 ROW_ROWS = 48
 
 
