@@ -10,10 +10,12 @@ before the call):
    level the row's length selects, so a row has ``target .. 2*target`` groups; a program first
    folds R chunks elementwise (``config.span_log2``). Fused: the row's last program (atomic
    ticket) runs step 2.
-2. ``_row_threshold`` (fused into kernel 1, else ``_threshold_kernel`` grid (rows,)): T0 = the
-   k-th largest group maximum (``_kth_largest``: a 256-bin histogram below the maximum, else a
-   bitwise search). At least k elements are >= T0 (every one of those k groups holds its
-   maximum), so the top k are >= T0.
+2. ``_row_threshold`` (fused into kernel 1, else ``_threshold_kernel`` grid (rows,)): T0 = a
+   value at least k group maxima reach: on unfolded grids ``_part_bound`` (each warp's own
+   k/8-th largest, the least of the eight: reductions inside warps), else, or when that has
+   no bound, the k-th largest group maximum (``_kth_largest``: a 256-bin histogram below the
+   maximum, else a bitwise search). At least k elements are >= T0 (every one of those k
+   groups holds its maximum), so the top k are >= T0.
 3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, segments / 128) on folded
    ones: re-reads the row (small grids: whole chunks; folded grids: only the 128-element
    segments whose maximum, stored by pass 1, reaches T0) and appends every element >= T0 to
@@ -169,15 +171,19 @@ def _part_bound(v3, K, W: tl.constexpr):
 
 
 @triton.jit
-def _kth_group_max(g_row, n, n_valid, K, SIZE: tl.constexpr):
+def _kth_group_max(g_row, n, n_valid, wide, K, SIZE: tl.constexpr, PARTS: tl.constexpr):
     """T0 of the row's first ``n`` group maxima, ``n_valid`` of them valid (the others store
-    0): ``_part_bound``, else their exact K-th largest."""
+    0): with PARTS and ``wide`` (groups of at least 4 elements) ``_part_bound``, else (or when
+    that has no bound) their exact K-th largest."""
     i = tl.arange(0, SIZE)
     # .cg: in the fused path these maxima were just written by other CTAs (read from L2)
     g = tl.load(g_row + i, mask=i < n, other=0, cache_modifier=".cg")
-    # parts of the [SIZE] load's layout (8 warps, 4 a thread): warp w holds 128 w .. + 127
-    # of every 1,024 (the threshold kernel's 8 warps)
-    t = _part_bound(tl.reshape(g, [SIZE // 1024, 8, 128]), K, 8)
+    t = n * 0
+    if PARTS:
+        if wide:
+            # parts of the [SIZE] load's layout (8 warps, 4 a thread): warp w holds
+            # 128 w .. 128 w + 127 of every 1,024 (the threshold kernel's 8 warps)
+            t = _part_bound(tl.reshape(g, [SIZE // 1024, 8, 128]), K, 8)
     if t == 0:
         t = _kth_largest(g, g > 0, n_valid, K, SIZE <= 4096)
     return t
@@ -187,7 +193,7 @@ def _kth_group_max(g_row, n, n_valid, K, SIZE: tl.constexpr):
 def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.constexpr,
                    LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                    R: tl.constexpr, LOG_R: tl.constexpr):
-    """T0 of one row = the K-th largest of its group maxima (1 = every valid element a
+    """T0 of one row from its group maxima (``_kth_group_max``; 1 = every valid element a
     candidate when fewer than K groups are valid)."""
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     s = _level(len_e, TARGET, LMAX)
@@ -198,14 +204,18 @@ def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.cons
     # valid: those whose first element (span start + b, b < per_span) is inside the length
     n_valid = (len_e // span) * per_span + tl.minimum(per_span, len_e % span)
     g_row = gmax_ptr + row.to(tl.int64) * stride_g
+    # T0 by parts (_part_bound) on unfolded grids only: its T0, a little lower, lets more
+    # segments into the folded grids' lists (measured, session 18: +5 to +13 µs at 48-64 rows
+    # x 256K-1M all valid), and groups of 1-2 elements rarely have a bound (k = 2,048)
+    wide = s >= 2
     # The smallest tile that holds the row's groups (typically T..2T = GROUPS / 4 .. / 2): the
     # selection costs per tile slot, masked or not.
     if n_groups <= GROUPS // 4:
-        t = _kth_group_max(g_row, n_groups, n_valid, K, GROUPS // 4)
+        t = _kth_group_max(g_row, n_groups, n_valid, wide, K, GROUPS // 4, LOG_R == 0)
     elif n_groups <= GROUPS // 2:
-        t = _kth_group_max(g_row, n_groups, n_valid, K, GROUPS // 2)
+        t = _kth_group_max(g_row, n_groups, n_valid, wide, K, GROUPS // 2, LOG_R == 0)
     else:
-        t = _kth_group_max(g_row, n_groups, n_valid, K, GROUPS)
+        t = _kth_group_max(g_row, n_groups, n_valid, wide, K, GROUPS, LOG_R == 0)
     return tl.maximum(t, 1)
 
 

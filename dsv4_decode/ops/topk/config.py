@@ -36,14 +36,16 @@ RADIX_ELEMENTS = 512
 
 # Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) for rows of
 # at most ROW_COLS columns when there are at least ROW_ROWS of them and k <= 512; otherwise
-# the four-launch pipeline (``_triton``). Measured on the H200 (session 17, runs 4-6,
-# scripts/topk_row_probe.py, µs): one SM a row is slow on a long row (64K all valid: 17.6 at
-# 1 row against 9.6) but flat in the rows (64 x 64K all: 19.9 against 22.8; 1/8 valid: 8.9 to
-# 9.0 at 1-64 rows against 10.0-18.2). At 48 rows it wins at 1/8 (9.2 / 15.8) and loses a
-# little at all valid (19.6 / 19.0); at 24 it loses 3.6 at all valid. At k = 2,048 the select
-# costs more: 24 x 64K all 34.7 against 25.0.
+# the four-launch pipeline (``_triton``). One SM a row is slow on a long row but flat in the
+# rows. Measured on the H200 (µs, k = 512, 64K columns): session 17 (runs 4-6,
+# scripts/topk_row_probe.py): all valid 17.6 at 1 row against 9.6, 19.9 at 64 against 22.8;
+# 1/8 valid 8.9-9.0 at 1-64 rows against 10.0-18.2. Session 18 (run 4,
+# scripts/topk_stamps.py, T0 by parts): 1/8 valid 7.0 at 1 row against 8.9, all valid 14.3 /
+# 14.5 / 16.3 at 1 / 12 / 64 rows against 8.4 / 11.7 / 23.5: from 24 rows (the four launches:
+# 15.4 all valid, 11.8 at 1/8) it wins both; at 12 it would lose 2.8 at all valid. At
+# k = 2,048 the select costs more (session 17: 24 x 64K all 34.7 against 25.0).
 ROW_COLS = 65536  # at most 2**16: ``_row`` packs a candidate's column in 16 bits
-ROW_ROWS = 48
+ROW_ROWS = 24
 
 
 def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
