@@ -11,8 +11,8 @@ launches). Variants:
 
 - ``hist``: ``_kth_largest`` with the valid count summed first (as before session 18);
 - ``hist-n``: the same with the count passed in (the kernels know it);
-- ``coarse64`` / ``coarse128``: ``_kth_largest``'s lower bound (SHIFT 2 / 1): a 64- / 128-bin
-  histogram of ``(top - v) >> SHIFT``; at least K are >= the value (enough for T0);
+- ``coarse64`` / ``coarse128``: a lower bound: a 64- / 128-bin histogram of
+  ``(top - v) >> 2`` / ``>> 1``; at least K are >= the value (enough for T0);
 - ``warp``: a lower bound: each warp's own K/8-th largest (distance search from its own top,
   8 steps, shuffle-only reductions), then the CTA minimum of the 8;
 - ``search4``: exact: four 4-ary steps on the distance to the top (a [4] count vector a
@@ -43,6 +43,17 @@ def _clk():
     tl.debug_barrier()
     return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [tl.program_id(0)],
                                      dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _coarse(v, m, n, K, SHIFT: tl.constexpr):
+    """A lower bound: the histogram of (top - v) >> SHIFT over 256 >> SHIFT bins; the lowest
+    value of the bin where the count reaches K (at least K are >= it); 1 past the last bin."""
+    BINS: tl.constexpr = 256 >> SHIFT
+    top = tl.max(tl.where(m, v, 0), axis=0)
+    hist = tl.histogram(tl.minimum((top - tl.where(m, v, top)) >> SHIFT, BINS - 1), BINS, mask=m)
+    first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, BINS), BINS), axis=0)
+    return tl.where((n >= K) & (first < BINS - 1), top - ((first + 1) << SHIFT) + 1, 1)
 
 
 @triton.jit
@@ -101,9 +112,9 @@ def _probe_kernel(v_ptr, out_ptr, n, K, SIZE: tl.constexpr, VAR: tl.constexpr):
     elif VAR == 1:
         x = _kth_largest(v, m, n, K, True)
     elif VAR == 2:
-        x = tl.maximum(_kth_largest(v, m, n, K, True, 2), 1)
+        x = _coarse(v, m, n, K, 2)
     elif VAR == 3:
-        x = tl.maximum(_kth_largest(v, m, n, K, True, 1), 1)
+        x = _coarse(v, m, n, K, 1)
     elif VAR == 4:
         x = _warp_bound(v2, K, W, ROWS, COLS)
     elif VAR == 5:

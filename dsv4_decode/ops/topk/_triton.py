@@ -106,29 +106,24 @@ def _level(len_e, TARGET: tl.constexpr, LMAX: tl.constexpr):
 
 
 @triton.jit
-def _kth_largest(v, m, n, K, HIST: tl.constexpr, SHIFT: tl.constexpr = 0):
+def _kth_largest(v, m, n, K, HIST: tl.constexpr):
     """The K-th largest of the non-negative int32 ``v[m]`` (the largest t with #{v >= t} >= K);
     0 when fewer than K are masked in. ``n``: the count of ``m`` (the callers know it: one CTA
     reduction fewer).
 
     HIST: selected values usually lie within 255 keys (2 octaves of bf16) of the largest, where
-    one histogram of the distance to it answers. It costs ~110 instructions per element
-    and thread-register at 256 bins, so it only pays on tiles of <= 16 values per thread;
-    otherwise, or when the K-th lies further down, a 17-step bitwise search (one CTA reduction
-    per step) does. SHIFT > 0: a lower bound only (what T0 needs): bins of 2**SHIFT distances,
-    256 >> SHIFT of them (fewer ballots and bins a value), and the value returned is the lowest
-    of the bin where the count reaches K, so at least K are >= it.
+    one 256-bin histogram of the distance to it answers. It costs ~110 instructions per element
+    and thread-register, so it only pays on tiles of <= 16 values per thread; otherwise, or when
+    the K-th lies further down, a 17-step bitwise search (one CTA reduction per step) does.
     """
-    BINS: tl.constexpr = 256 >> SHIFT
     t = n * 0
-    first = n * 0 + BINS - 1
+    first = n * 0 + 255
     if HIST:
         top = tl.max(tl.where(m, v, 0), axis=0)
-        d = tl.minimum((top - tl.where(m, v, top)) >> SHIFT, BINS - 1)
-        hist = tl.histogram(d, BINS, mask=m)
-        first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, BINS), BINS), axis=0)
-        t = tl.where(n >= K, top - ((first + 1) << SHIFT) + 1, 0)
-    if (n >= K) & (first >= BINS - 1):  # the last bin also holds everything further down
+        hist = tl.histogram(tl.minimum(top - tl.where(m, v, top), 255), 256, mask=m)
+        first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, 256), 256), axis=0)
+        t = tl.where(n >= K, top - first, 0)
+    if (n >= K) & (first >= 255):  # bin 255 also holds everything further down
         t = _kth_bitwise(v, m, K)
     return t
 
