@@ -55,13 +55,18 @@ def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
 
 def span_log2(rows: int, n_chunks: int) -> int:
     """log2 of the chunks R one group-maxima program folds: 1 (no folding) up to
-    ``UNFOLDED_PROGRAMS`` programs, else the largest R <= 8 that leaves >= 512 programs (~4 per
-    SM of 132). Measured on the H200 (session 3 probe: a plain max over 64 x 1M bf16): 4,096
-    programs of 8 chunks stream at 4.2 TB/s, 1,024 of 32 at 3.8 TB/s."""
+    ``UNFOLDED_PROGRAMS`` programs, else the smallest R >= 2 (at most 8) that leaves at most
+    3,072 programs. Measured on the H200 (session 18 run 6, ``scripts/topk_span_sweep.py``,
+    every folded k = 512 cell at R = 2 / 4 / 8 / 16, µs): all valid, R = 2 was fastest in
+    every cell (12 x 1M 24.8 against 27.9 at the previous rule's R = 8, 64 x 1M 81.1 / 84.7);
+    at 1/8 valid (most programs idle) R = 4 won from 6,144 chunks by up to 1.7 (48 x 256K
+    21.3 / 23.0) and R = 8 from 16,384 by up to 15 (64 x 1M 39.5 / 54.3), so R grows with
+    the grid. The previous rule (the largest R <= 8 leaving >= 512 programs) ran 768 programs
+    of 32 KB at 12 x 1M: 2.3 TB/s."""
     if rows * n_chunks <= UNFOLDED_PROGRAMS:
         return 0
-    r = 1
-    while r < 8 and rows * n_chunks >= 512 * 2 * r and 2 * r <= n_chunks:
+    r = 2
+    while r < 8 and rows * n_chunks > 3072 * r and 2 * r <= n_chunks:
         r *= 2
     return r.bit_length() - 1
 
