@@ -12,10 +12,12 @@ then per kernel ``wait`` (first entry -> first CTA past its wait: what it waited
 before), ``run`` (first CTA past its wait -> last CTA's end), ``gap`` (the kernel before's
 last end -> this one's first CTA past its wait: the dependent-launch hand-off).
 
-``--phases`` adds a second copy of ``_row`` with ``%clock64`` stamps after CTA barriers at its
-phase boundaries (the barriers make them serial, so the sum can exceed the unstamped time) and
-prints the cycles of row 0's CTA from its wait: fold of tile 0, the other tiles, the group
-maxima, T0, the collect (list, re-read), the select (tau, need, ``_write_kept``).
+``--phases`` adds second copies with ``%clock64`` stamps after CTA barriers at phase boundaries
+(the barriers make them serial, so the sum can exceed the unstamped time) and prints the
+cycles of row 0's CTA from its wait, the end over the rows and the rows' candidate counts:
+``_row`` (fold of tile 0, the other tiles, the group maxima, T0, the collect (list, re-read),
+the select (tau, need, ``_write_kept``)) and the four launches' select kernel (loads, tau,
+need / span prefix / gather, the scatter to index order, the reload and ``_write_kept``).
 """
 
 import re
@@ -92,6 +94,23 @@ PHASES = [
     ("        n = _collect_listed(x_row,", "        n = _collect_listed(ph, x_row,"),
     ("    tl.debug_barrier()\n    n_go =", "    _clk(ph, 12)\n    n_go ="),
 ]
+# (anchor, replacement) for --phases in the four launches' select kernel (row r's slots as above)
+SELECT_PHASES = [
+    ("    b_off = row.to(tl.int64) * stride_b\n    o_ptr = out_ptr",
+     "    b_off = row.to(tl.int64) * stride_b\n    ph = dbg_ptr + 64 + row * 32\n    _clk(ph, 0)\n"
+     "    o_ptr = out_ptr"),
+    ("    if n <= SMALL:\n        _select_tile(packed, pk, n,",
+     "    _clk(ph, 1)\n    if n <= SMALL:\n        _select_tile(ph, packed, pk, n,"),
+    ("        _select_tile(tl.load(kbuf_ptr", "        _select_tile(ph, tl.load(kbuf_ptr"),
+    ("def _select_tile(packed,", "def _select_tile(ph, packed,"),
+    ("    gt = m & (key1 > tau)\n", "    _clk(ph, 3)\n    gt = m & (key1 > tau)\n"),
+    ("    flag = tl.where(gt, 2,", "    _clk(ph, 4)\n    flag = tl.where(gt, 2,"),
+    ("    tl.debug_barrier()  # global scratch written", "    _clk(ph, 5)\n"
+     "    tl.debug_barrier()  # global scratch written"),
+    ("need, v & COL_MASK, n, o_ptr, K)\n", "need, v & COL_MASK, n, o_ptr, K)\n    _clk(ph, 7)\n"),
+]
+SELECT_NAMES = {1: "loads issued", 3: "tau (+ loads)", 4: "need, prefix, gather", 5: "scatter",
+                7: "reload, write"}
 PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
                12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau", 10: "need",
                11: "write", 7: "end"}
@@ -99,10 +118,15 @@ PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
 
 def stamped(phases: bool):
     """(the patched _triton, the patched _row, their kernel names by id)."""
-    tsrc, tnames = _timeline(open(_triton.__file__).read(), 0)
-    tmod = load_source(tsrc, "topk_triton_stamped", "dsv4_decode.ops.topk")
+    tsrc = open(_triton.__file__).read()
+    if phases:
+        tsrc = patch(tsrc, SELECT_PHASES).replace(
+            "\n\n@triton.jit\ndef _pdl_enter", "\n\n" + STAMPS + "@triton.jit\ndef _pdl_enter")
+    tsrc, tnames = _timeline(tsrc, 0)
+    tmod = load_source(tsrc, "topk_triton_stamped" + ("_ph" if phases else ""),
+                       "dsv4_decode.ops.topk")
     rsrc = open(_row.__file__).read().replace(
-        "from ._triton import (", "from topk_triton_stamped import (")
+        "from ._triton import (", f"from {tmod.__name__} import (")
     if phases:
         rsrc = patch(rsrc, PHASES)
         rsrc = rsrc.replace("\n\n@triton.jit\ndef _cols",
@@ -110,7 +134,7 @@ def stamped(phases: bool):
         last = "        _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)\n"
         rsrc = rsrc.replace(last, last + "    _clk(ph, 7)\n")
     rsrc, rnames = _timeline(rsrc, len(tnames))
-    sys.modules["topk_triton_stamped"] = tmod
+    sys.modules[tmod.__name__] = tmod  # the _row copy imports its helpers from it
     rmod = load_source(rsrc, "topk_row_stamped" + ("_ph" if phases else ""),
                        "dsv4_decode.ops.topk")
     return tmod, rmod, tnames + rnames
@@ -165,21 +189,23 @@ def timeline(d, names) -> str:
     return " | ".join(txt)
 
 
-def phases(d, rows) -> str:
+def phases(d, rows, names) -> str:
+    """Row 0's phases (cycles from its first stamp) and the end over the rows."""
     c = CALLS // 2
     per_row = []
     for r in range(rows):
         base = 64 + 32 * r
         clk = d[c, base:base + 32].tolist()
-        per_row.append({i: clk[i] - clk[0] for i in PHASE_NAMES if clk[i]})
+        per_row.append({i: clk[i] - clk[0] for i in names if clk[i]})
     order = [i for i in (1, 2, 3, 4, 12, 5, 6, 8, 9, 10, 11, 7) if i in per_row[0]]
     txt, last = [], 0
     for i in order:
         t = per_row[0][i]
-        txt.append(f"{PHASE_NAMES[i]} {t - last}")
+        txt.append(f"{names[i]} {t - last}")
         last = t
     ends = sorted(p.get(7, 0) for p in per_row)
-    return "cycles (row 0): " + ", ".join(txt) + f"; end over rows: median {ends[len(ends) // 2]}"
+    return ("cycles (row 0): " + ", ".join(txt) + f"; end over rows: min {ends[0]} median "
+            f"{ends[len(ends) // 2]} max {ends[-1]}")
 
 
 def main(argv) -> None:
@@ -194,7 +220,7 @@ def main(argv) -> None:
         (1, 65536, "1/8"), (1, 65536, "all"), (12, 65536, "all"), (64, 65536, "all"),
         (1, 262144, "all"), (1, 1048576, "1/8"), (1, 1048576, "all"), (12, 1048576, "all")]
     tmod, rmod, names = stamped(False)
-    pmod = stamped(True)[1] if want_phases else None
+    ptmod, pmod, _ = stamped(True) if want_phases else (None, None, None)
     dbg = torch.zeros(CALLS, SLOTS, dtype=torch.int64, device="cuda")
     print(torch.cuda.get_device_name(), flush=True)
     for rows, cols, valid in cells:
@@ -208,9 +234,12 @@ def main(argv) -> None:
             us = graph_time_us(_caller(plain, inputs, k), calls=CALLS)
             line = timeline(run_path(mod, inputs, k, dbg), names)
             print(f"{rows}x{cols}x{valid} k{k} {name}: unstamped {us:.2f} | {line}", flush=True)
-            if name == "row" and pmod is not None:
-                d = run_path(pmod, inputs, k, dbg)
-                print(f"{rows}x{cols}x{valid} k{k} row phases: {phases(d, rows)}", flush=True)
+            if pmod is not None:
+                d = run_path(pmod if name == "row" else ptmod, inputs, k, dbg)
+                ph = phases(d, rows, PHASE_NAMES if name == "row" else SELECT_NAMES)
+                n = ws.cnt[:rows].tolist()
+                print(f"{rows}x{cols}x{valid} k{k} {name} phases: {ph}; candidates "
+                      f"{min(n)}..{max(n)}", flush=True)
 
 if __name__ == "__main__":
     main(sys.argv[1:])
