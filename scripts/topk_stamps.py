@@ -1,6 +1,6 @@
 """Probe: where a plain-mode top-k call spends its time, from timer stamps (one Hopper GPU).
 
-    PYTHONPATH=. python3 scripts/topk_stamps.py [ROWSxCOLSxVALID ...] [--k 512]
+    PYTHONPATH=. python3 scripts/topk_stamps.py [ROWSxCOLSxVALID ...] [--k 512] [--phases]
 
 Patched copies of ``ops/topk/_triton.py`` and ``_row.py`` (``utils.module_copy.patch``: a
 missing anchor fails loudly) take a stamp buffer first. In every kernel each CTA takes the
@@ -20,6 +20,7 @@ the select (tau, need, ``_write_kept``)) and the four launches' select kernel (l
 need / span prefix / gather, the scatter to index order, the reload and ``_write_kept``).
 """
 
+import argparse
 import re
 import statistics
 import sys
@@ -209,14 +210,13 @@ def phases(d, rows, names) -> str:
 
 
 def main(argv) -> None:
-    k = 512
-    if "--k" in argv:
-        i = argv.index("--k")
-        k = int(argv[i + 1])
-        argv = argv[:i] + argv[i + 2:]
-    want_phases = "--phases" in argv
-    argv = [a for a in argv if a != "--phases"]
-    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or [
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("cells", nargs="*", help="ROWSxCOLSxVALID, e.g. 6x65536x1/8 (default: 8 cells)")
+    p.add_argument("--k", type=int, default=512)
+    p.add_argument("--phases", action="store_true", help="also the clock64 phases (see above)")
+    args = p.parse_args(argv)
+    k, want_phases = args.k, args.phases
+    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in args.cells)] or [
         (1, 65536, "1/8"), (1, 65536, "all"), (12, 65536, "all"), (64, 65536, "all"),
         (1, 262144, "all"), (1, 1048576, "1/8"), (1, 1048576, "all"), (12, 1048576, "all")]
     tmod, rmod, names = stamped(False)
