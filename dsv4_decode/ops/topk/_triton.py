@@ -132,7 +132,7 @@ def _kth_largest(v, m, n, K, HIST: tl.constexpr):
 def _kth_bitwise(v, m, K):
     """The K-th largest of the non-negative int32 ``v[m]`` (at least K masked in) by a 17-step
     bitwise search, one CTA reduction a step: whatever the spread of the values."""
-    t = tl.sum(m.to(tl.int32), axis=0) * 0
+    t = tl.sum(m.to(tl.int32), axis=0) * 0  # (a tensor zero: K may be specialized to 1)
     for b in tl.static_range(16, -1, -1):
         cand = t | (1 << b)
         t = tl.where(tl.sum((m & (v >= cand)).to(tl.int32), axis=0) >= K, cand, t)
@@ -143,8 +143,9 @@ def _kth_bitwise(v, m, K):
 def _part_bound(v3, K, W: tl.constexpr):
     """T0 from W parts: ``v3`` [A, W, C] non-negative keys (0 = not valid); part w =
     ``v3[:, w, :]``, which the callers' layouts put in one warp, so every reduction here but
-    the last runs inside a warp (no CTA barrier; ``scripts/topk_kth_probe.py``: 2,100 cycles
-    against 4,400 for ``_kth_largest`` on 2,048 keys, 2,900 against 6,300 on 4,096).
+    the last runs inside a warp (no CTA barrier). Measured (session 18): T0 of ``_row_kernel``
+    on 2,048 keys 2,000 cycles against 4,550 with ``_kth_largest`` (``scripts/topk_stamps.py``);
+    the same search in ``scripts/topk_kth_probe.py`` 2,900 against 6,250 on 4,096 keys.
 
     t_w = part w's top minus the smallest distance D <= 255 with q = ceil(K / W) of its keys
     within D of it (an 8-step binary search; 4-ary steps measured slower from 2,048 keys);
