@@ -4,7 +4,9 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
     PYTHONPATH=. python3 scripts/topk_row_probe.py [ROWSxCOLSxVALID ...] [--k 2048]
         [--variants chunks,row-16-8192,row-8-8192]
 
-A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``. Each cell
+A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``; ``rowstagger``
+runs a patched copy of ``_row`` whose row r folds its tiles from tile r mod n_t (session 18's
+prepared change for the fold's growth from 20 rows, docs/kernels/topk.md). Each cell
 is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
 as ``bench topk``), after every variant's output was compared bitwise with the first's.
 Cells default to the bench's 64K and 256K cells. Prints one line a cell.
@@ -17,15 +19,36 @@ import torch
 from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
+from dsv4_decode.utils.module_copy import load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
          for r in (1, 6, 12, 24, 48, 64)]
+
+
+STAGGER = [  # (anchor, replacement) on _row.py: row r folds tiles r mod n_t, r + 1 mod n_t, ...
+    ("@triton.jit\ndef _values(",
+     "@triton.jit\ndef _rotated(i, t0, n_t):\n"
+     "    return tl.where(i < n_t, (t0 + i) % tl.maximum(n_t, 1), i)\n\n\n"
+     "@triton.jit\ndef _values("),
+    ("    u0 = _tile(x_row, 0, len_e, TILE)\n    u_n = _tile(x_row, 1, len_e, TILE)\n"
+     "    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n    t = 1\n",
+     "    t0 = row % tl.maximum(n_t, 1)\n    u0 = _tile(x_row, t0, len_e, TILE)\n"
+     "    u_n = _tile(x_row, _rotated(1, t0, n_t), len_e, TILE)\n"
+     "    acc = _fold(x_row, s_row, t0, u0, len_e, TILE)\n    t = 1\n"),
+    ("        u_n = _tile(x_row, t + 1, len_e, TILE)\n"
+     "        acc = _max_nan(acc, _fold(x_row, s_row, t, u, len_e, TILE))\n",
+     "        u_n = _tile(x_row, _rotated(t + 1, t0, n_t), len_e, TILE)\n"
+     "        acc = _max_nan(acc, _fold(x_row, s_row, _rotated(t, t0, n_t), u, len_e, TILE))\n"),
+]
 
 
 def runner(name):
     """A launch function for variant ``name``."""
     if name == "chunks":
         return _triton.launch
+    if name == "rowstagger":
+        return load_source(patch(open(_row.__file__).read(), STAGGER), "topk_row_stagger",
+                           "dsv4_decode.ops.topk").launch
     _, warps, tile = name.split("-")
 
     def launch(*args):
