@@ -13,12 +13,12 @@ launches). Variants:
 - ``hist-n``: the same with the count passed in (the kernels know it);
 - ``coarse64`` / ``coarse128``: a lower bound: a 64- / 128-bin histogram of
   ``(top - v) >> 2`` / ``>> 1``; at least K are >= the value (enough for T0);
-- ``warp``: a lower bound: each warp's own K/8-th largest (distance search from its own top,
-  8 steps, shuffle-only reductions), then the CTA minimum of the 8;
 - ``search4``: exact: four 4-ary steps on the distance to the top (a [4] count vector a
   step, one CTA reduction);
-- ``parts``: ``_triton._part_bound`` (the kernels' T0 since session 18: ``warp`` on the
-  [SIZE] load's own layout, viewed as parts);
+- ``parts``: ``_triton._part_bound``, the kernels' T0 since session 18: a lower bound, each
+  warp's own K/8-th largest (an 8-step binary search on the distance to its own top, every
+  reduction inside the warp), then the CTA minimum of the 8. (Runs 2 / 3 of session 18 timed
+  this search as a probe-local ``warp`` variant and ``parts`` as a 4-ary form, since replaced.)
 - ``max``, ``sum``: one CTA reduction alone (calibration).
 
 Prints cycles and the value (the exact ones must agree; the bounds must be <= them, with the
@@ -34,8 +34,7 @@ import triton.language as tl
 
 from dsv4_decode.ops.topk._triton import _kth_largest, _part_bound
 
-VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "warp", "search4", "parts", "max",
-            "sum"]
+VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "search4", "parts", "max", "sum"]
 
 
 @triton.jit
@@ -54,22 +53,6 @@ def _coarse(v, m, n, K, SHIFT: tl.constexpr):
     hist = tl.histogram(tl.minimum((top - tl.where(m, v, top)) >> SHIFT, BINS - 1), BINS, mask=m)
     first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, BINS), BINS), axis=0)
     return tl.where((n >= K) & (first < BINS - 1), top - ((first + 1) << SHIFT) + 1, 1)
-
-
-@triton.jit
-def _warp_bound(v2, K, W: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """v2: [ROWS * W, COLS] (row r in warp r % W): each warp's K / W-th largest by a search
-    on the distance to its top, then the minimum over the warps."""
-    v3 = tl.reshape(v2, [ROWS, W, COLS])
-    top = tl.max(tl.max(v3, axis=2), axis=0)  # [W]
-    q = (K + W - 1) // W
-    d = top * 0  # per warp: the smallest distance with >= q keys within it
-    for b in tl.static_range(7, -1, -1):
-        # keys >= top - (d + 2**b - 1): if fewer than q, the answer is above d + 2**b - 1
-        t = (top - (d + (1 << b) - 1))[None, :, None]
-        c = tl.sum(tl.sum((v3 >= t).to(tl.int32), axis=2), axis=0)
-        d = tl.where(c < q, d + (1 << b), d)
-    return tl.maximum(tl.min(top - d, axis=0), 1)
 
 
 @triton.jit
@@ -101,11 +84,6 @@ def _probe_kernel(v_ptr, out_ptr, n, K, SIZE: tl.constexpr, VAR: tl.constexpr):
     i = tl.arange(0, SIZE)
     v = tl.load(v_ptr + i)
     m = i < n
-    W: tl.constexpr = 8
-    COLS: tl.constexpr = 128
-    ROWS: tl.constexpr = SIZE // (W * COLS)
-    r = tl.arange(0, ROWS * W)
-    v2 = tl.load(v_ptr + r[:, None] * COLS + tl.arange(0, COLS)[None, :])
     t0 = _clk()
     if VAR == 0:
         x = _kth_largest(v, m, tl.sum(m.to(tl.int32), axis=0), K, True)
@@ -116,12 +94,10 @@ def _probe_kernel(v_ptr, out_ptr, n, K, SIZE: tl.constexpr, VAR: tl.constexpr):
     elif VAR == 3:
         x = _coarse(v, m, n, K, 1)
     elif VAR == 4:
-        x = _warp_bound(v2, K, W, ROWS, COLS)
-    elif VAR == 5:
         x = _search4(v, m, n, K)
-    elif VAR == 6:
+    elif VAR == 5:
         x = _part_bound(tl.reshape(v, [SIZE // 1024, 8, 128]), K, 8)
-    elif VAR == 7:
+    elif VAR == 6:
         x = tl.max(v, axis=0)
     else:
         x = tl.sum(v, axis=0)
