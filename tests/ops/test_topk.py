@@ -644,12 +644,13 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
             4)
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
     out[f"threshold-k{k}"] = build(K._threshold_kernel, dict(
-        RS=K.LIST_REGION, LIST=1, **spans, **common), 8)
+        RS=K.LIST_REGION, LIST=1, P=64, **spans, **common), 8)
     for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
         out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
             CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=8, **common), 4, pdl)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
-        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8), 8)
+        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8,
+        CHUNK=c.chunk, P=64), 8)
 from dsv4_decode.ops.topk import _radix as RX
 for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)

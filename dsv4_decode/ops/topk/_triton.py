@@ -167,30 +167,30 @@ def _part_bound(v3, K, W: tl.constexpr):
 
 
 @triton.jit
-def _kth_group_max(g_row, n, n_valid, wide, K, SIZE: tl.constexpr, PARTS: tl.constexpr):
+def _kth_group_max(g_row, n, n_valid, parts, K, SIZE: tl.constexpr):
     """T0 of the row's first ``n`` group maxima, ``n_valid`` of them valid (the others store
-    0): with PARTS and ``wide`` (groups of at least 4 elements) ``_part_bound``, else (or when
-    that has no bound) their exact K-th largest."""
+    0): with ``parts`` ``_part_bound``, else (or when that has no bound) their exact K-th
+    largest."""
     i = tl.arange(0, SIZE)
     # .cg: in the fused path these maxima were just written by other CTAs (read from L2)
     g = tl.load(g_row + i, mask=i < n, other=0, cache_modifier=".cg")
     t = n * 0
-    if PARTS:
-        if wide:
-            # parts of the [SIZE] load's layout (8 warps, 4 a thread): warp w holds
-            # 128 w .. 128 w + 127 of every 1,024 (the threshold kernel's 8 warps)
-            t = _part_bound(tl.reshape(g, [SIZE // 1024, 8, 128]), K, 8)
+    if parts:
+        # parts of the [SIZE] load's layout (8 warps, 4 a thread): warp w holds
+        # 128 w .. 128 w + 127 of every 1,024 (the threshold kernel's 8 warps)
+        t = _part_bound(tl.reshape(g, [SIZE // 1024, 8, 128]), K, 8)
     if t == 0:
         t = _kth_largest(g, g > 0, n_valid, K, SIZE <= 4096)
     return t
 
 
 @triton.jit
-def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.constexpr,
+def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK: tl.constexpr,
                    LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                    R: tl.constexpr, LOG_R: tl.constexpr):
     """T0 of one row from its group maxima (``_kth_group_max``; 1 = every valid element a
-    candidate when fewer than K groups are valid)."""
+    candidate when fewer than K groups are valid). ``listed``: the row is collected from
+    segment lists (``_listed``), which take the exact K-th group maximum."""
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     s = _level(len_e, TARGET, LMAX)
     folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
@@ -200,19 +200,29 @@ def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK: tl.cons
     # valid: those whose first element (span start + b, b < per_span) is inside the length
     n_valid = (len_e // span) * per_span + tl.minimum(per_span, len_e % span)
     g_row = gmax_ptr + row.to(tl.int64) * stride_g
-    # T0 by parts (_part_bound) on unfolded grids only: its T0, a little lower, lets more
-    # segments into the folded grids' lists (measured, session 18: +5 to +13 µs at 48-64 rows
-    # x 256K-1M all valid), and groups of 1-2 elements rarely have a bound (k = 2,048)
-    wide = s >= 2
+    # T0 by parts (_part_bound) unless the row is listed: its T0, a little lower, lets more
+    # segments into the lists (measured, session 18: +5 to +13 µs at 48-64 rows x 256K-1M
+    # all valid); groups of 1-2 elements rarely have a bound (k = 2,048)
+    parts = (s >= 2) & (listed == 0)
     # The smallest tile that holds the row's groups (typically T..2T = GROUPS / 4 .. / 2): the
     # selection costs per tile slot, masked or not.
     if n_groups <= GROUPS // 4:
-        t = _kth_group_max(g_row, n_groups, n_valid, wide, K, GROUPS // 4, LOG_R == 0)
+        t = _kth_group_max(g_row, n_groups, n_valid, parts, K, GROUPS // 4)
     elif n_groups <= GROUPS // 2:
-        t = _kth_group_max(g_row, n_groups, n_valid, wide, K, GROUPS // 2, LOG_R == 0)
+        t = _kth_group_max(g_row, n_groups, n_valid, parts, K, GROUPS // 2)
     else:
-        t = _kth_group_max(g_row, n_groups, n_valid, wide, K, GROUPS, LOG_R == 0)
+        t = _kth_group_max(g_row, n_groups, n_valid, parts, K, GROUPS)
     return tl.maximum(t, 1)
+
+
+@triton.jit
+def _listed(len_e, CHUNK: tl.constexpr, P: tl.constexpr):
+    """1 when a row of ``len_e`` elements on a folded grid (P collect programs a row) is
+    collected from segment lists: it has more than P chunks. A shorter row is collected a
+    chunk a program, as on small grids: listing its segments is slower than re-reading them
+    all (session 19: 24 x 256K at 1/8 valid, the threshold 3.9 µs and the collect 6.6 against
+    1.7 and 2.1 at 12 rows on the small grid)."""
+    return ((len_e + CHUNK - 1) // CHUNK > P).to(tl.int32)
 
 
 @triton.jit
@@ -340,7 +350,7 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
         if ticket == tl.num_programs(1) - 1:
             tl.store(tick_ptr + row, 0)
             tl.store(thr_ptr + row, _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols,
-                                                   K, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R))
+                                                   K, 0, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R))
             tl.store(cnt_ptr + row, 0)
 
 
@@ -349,13 +359,14 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
                       stride_g, stride_s, stride_r, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, NSEG: tl.constexpr,
-                      RS: tl.constexpr, LIST: tl.constexpr, PDL: tl.constexpr):
+                      RS: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr,
+                      PDL: tl.constexpr):
     """Grid (rows, regions): T0 of row ``program_id(0)`` (every program whose region holds
     segments of the row computes it; region 0 stores it and resets the candidate counter).
-    LIST: program c also lists, ascending, the segments of its region [c * RS, (c + 1) * RS)
-    whose maximum reaches T0, at the region's slice of the row's list, and their number (the
-    collect pass's work; regions in parallel: one CTA a row scanning 8,192 segments took
-    8-12 µs)."""
+    LIST (folded grids), for a row of more than P chunks (``_listed``): program c also lists,
+    ascending, the segments of its region [c * RS, (c + 1) * RS) whose maximum reaches T0, at
+    the region's slice of the row's list, and their number (the collect pass's work; regions
+    in parallel: one CTA a row scanning 8,192 segments took 8-12 µs)."""
     if PDL:
         _pdl_enter()
     row = tl.program_id(0)
@@ -363,21 +374,24 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
     SEG: tl.constexpr = CHUNK // NSEG
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     n_seg = (len_e + SEG - 1) // SEG
-    if (c == 0) | (LIST & (c * RS < n_seg)):  # regions past the length skip T0 too
+    listed = _listed(len_e, CHUNK, P) * LIST
+    if (c == 0) | ((listed == 1) & (c * RS < n_seg)):  # regions past the length skip T0 too
         if LIST:  # issued before T0's loads (they do not depend on it): their L2 round trip
             i = c * RS + tl.arange(0, RS)  # overlaps T0's instead of following it
-            smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i, mask=i < n_seg, other=0)
-        t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, CHUNK, LMAX, TARGET,
-                            GROUPS, R, LOG_R)
+            smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i,
+                           mask=(i < n_seg) & (listed == 1), other=0)
+        t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK, LMAX,
+                            TARGET, GROUPS, R, LOG_R)
         if c == 0:
             tl.store(thr_ptr + row, t0)
             tl.store(cnt_ptr + row, 0)
         if LIST:
-            act = smax >= t0  # t0 >= 1
-            pos = c * RS + tl.cumsum(act.to(tl.int32), axis=0) - 1
-            tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)
-            tl.store(rcnt_ptr + row.to(tl.int64) * stride_r + c,
-                     tl.sum(act.to(tl.int32), axis=0))
+            if listed == 1:
+                act = smax >= t0  # t0 >= 1
+                pos = c * RS + tl.cumsum(act.to(tl.int32), axis=0) - 1
+                tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)
+                tl.store(rcnt_ptr + row.to(tl.int64) * stride_r + c,
+                         tl.sum(act.to(tl.int32), axis=0))
     elif LIST:
         tl.store(rcnt_ptr + row.to(tl.int64) * stride_r + c, 0)
 
@@ -401,16 +415,16 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
     # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
     # atomics give never matters to the select. One load and ONE atomic a span.
-    # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it.
-    # LIST == 1: the P programs of a row take spans q = p, p + P, ... of the row's list of
-    #   segments whose maximum reaches T0 (~730 of a random 1M row's 8,192 at k = 512: a few %
-    #   of the row is re-read), the list being the regions' lists one after the other; usually
-    #   one span a program, so nothing waits on a chain. More than CAP listed segments (each
-    #   holds a candidate) is an overflow: nothing is collected, the select's exact fallback
-    #   runs.
+    # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it;
+    #   so on folded grids (LIST == 1) for a row of at most P chunks (``_listed``).
+    # LIST == 1, a longer row: the P programs of a row take spans q = p, p + P, ... of the
+    #   row's list of segments whose maximum reaches T0 (~730 of a random 1M row's 8,192 at
+    #   k = 512: a few % of the row is re-read), the list being the regions' lists one after
+    #   the other; usually one span a program, so nothing waits on a chain. More than CAP
+    #   listed segments (each holds a candidate) is an overflow: nothing is collected, the
+    #   select's exact fallback runs.
     # PDL: the logits and lengths (written before the first kernel's wait) are read before
     # this kernel's wait, on small grids while the threshold still runs; T0 and the rest after.
-    SEG: tl.constexpr = CHUNK // NSEG
     if PDL:
         gdc_launch_dependents()
     row = tl.program_id(0)
@@ -421,41 +435,63 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
     if LIST:
-        if PDL:
-            gdc_wait()
-        t0 = tl.load(thr_ptr + row)
-        r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
-        n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)
-        if (p == 0) & (n_act > CAP):
-            tl.store(cnt_ptr + row, CAP + 1)
-        l_row = list_ptr + row.to(tl.int64) * stride_s
-        a = tl.arange(0, NSEG)
-        q = p
-        while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
-            g = q * NSEG + a  # places in the row's list
-            ok = g < n_act
-            # region of place g: the last one whose prefix is <= g (empty ones never are last)
-            c = tl.sum((pre[None, :] <= g[:, None]).to(tl.int32), axis=1) - 1
-            base = tl.sum(tl.where(r[None, :] == c[:, None], pre[None, :], 0), axis=1)
-            seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
-            key1, e = _span_keys(x_row, seg, ok, len_e, SEG)
-            _collect_span(key1, e, q, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
-            q += P
+        if _listed(len_e, CHUNK, P) == 1:
+            if PDL:
+                gdc_wait()
+            _collect_listed(x_row, len_e, p, tl.load(thr_ptr + row), cnt_ptr + row,
+                            list_ptr + row.to(tl.int64) * stride_s, rcnt_ptr, row, stride_r,
+                            n_reg, kb_ptr, pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS, NR)
+        elif p * CHUNK < len_e:  # only the chunks inside the length are read
+            _collect_chunk(x_row, p, len_e, len_e, thr_ptr + row, cnt_ptr + row, kb_ptr, pb_ptr,
+                           cc_row, CHUNK, CAP, PDL)
     else:
-        # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count
-        # and scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24
-        # rows x 64K). It loads before the length and T0 arrive (masked by the width only), so
-        # the three loads are in flight together.
-        if not PDL:
-            t0 = tl.load(thr_ptr + row)
-        e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0).to(tl.int32) & 0xFFFF
-        key1 = tl.where(e < len_e, _key1(u), 0)
-        if PDL:
-            gdc_wait()
-            t0 = tl.load(thr_ptr + row)
-        if p * CHUNK < len_e:
-            _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+        _collect_chunk(x_row, p, len_e, cols, thr_ptr + row, cnt_ptr + row, kb_ptr, pb_ptr,
+                       cc_row, CHUNK, CAP, PDL)
+
+
+@triton.jit
+def _collect_chunk(x_row, p, len_e, lim, thr_ptr, cnt_ptr, kb_ptr, pb_ptr, cc_row,
+                   CHUNK: tl.constexpr, CAP: tl.constexpr, PDL: tl.constexpr):
+    """Collect chunk p of a row whole, as span p. The chunk is [CHUNK / 8, 8] (8 consecutive
+    elements a thread: the in-row count and scan stay in the thread; round 2's layout, measured
+    faster than [16, 128] at 1-24 rows x 64K). It loads masked by ``lim`` alone (the width on
+    small grids: no wait for the length) and before T0 arrives, so the loads are in flight
+    together."""
+    if not PDL:
+        t0 = tl.load(thr_ptr)
+    e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    u = tl.load(x_row + e, mask=(e // 8) * 8 < lim, other=0).to(tl.int32) & 0xFFFF
+    key1 = tl.where(e < len_e, _key1(u), 0)
+    if PDL:
+        gdc_wait()
+        t0 = tl.load(thr_ptr)
+    if p * CHUNK < len_e:
+        _collect_span(key1, e, p, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP)
+
+
+@triton.jit
+def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, rcnt_ptr, row, stride_r, n_reg,
+                    kb_ptr, pb_ptr, cc_row, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+                    CAP: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr):
+    """Program p of a listed row: spans q = p, p + P, ... of NSEG places of the row's list of
+    segments (the regions' lists one after the other)."""
+    SEG: tl.constexpr = CHUNK // NSEG
+    r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+    n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)
+    if (p == 0) & (n_act > CAP):
+        tl.store(cnt_ptr, CAP + 1)
+    a = tl.arange(0, NSEG)
+    q = p
+    while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
+        g = q * NSEG + a  # places in the row's list
+        ok = g < n_act
+        # region of place g: the last one whose prefix is <= g (empty ones never are last)
+        c = tl.sum((pre[None, :] <= g[:, None]).to(tl.int32), axis=1) - 1
+        base = tl.sum(tl.where(r[None, :] == c[:, None], pre[None, :], 0), axis=1)
+        seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
+        key1, e = _span_keys(x_row, seg, ok, len_e, SEG)
+        _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP)
+        q += P
 
 
 @triton.jit
@@ -568,8 +604,9 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
 def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, rcnt_ptr,
                    out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
                    n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
-                   NR: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
-                   SCAN: tl.constexpr, PDL: tl.constexpr):
+                   NR: tl.constexpr, CHUNK: tl.constexpr, P: tl.constexpr,
+                   SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr,
+                   PDL: tl.constexpr):
     if PDL:
         _pdl_enter()
     row = tl.program_id(0)
@@ -578,11 +615,12 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     # The count, the span counts and the first SMALL buffer entries load together (entries
     # past the count are stale and masked off afterwards): one memory round trip, not two.
     n = tl.load(cnt_ptr + row)
+    n_spans = n_chunks + 0 * n  # a span a chunk (spans past the length have no candidates)
     if LIST:
-        _, _, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
-        n_spans = (n_act + NSEG - 1) // NSEG
-    else:
-        n_spans = n_chunks + 0 * n
+        length, len_e = _row_length(lengths_ptr, row, cols, 1)
+        if _listed(len_e, CHUNK, P) == 1:  # spans of NSEG listed segments
+            regs, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+            n_spans = (n_act + NSEG - 1) // NSEG
     j = tl.arange(0, NCH)
     cc = tl.load(cc_ptr + row.to(tl.int64) * stride_cc + j, mask=j < n_spans, other=0)
     i = tl.arange(0, SMALL)
@@ -649,6 +687,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
             ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
+            P=LIST_PROGRAMS,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
@@ -660,5 +699,5 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
-        NSEG=NSEG, LIST=lst, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
-        num_warps=WARPS["select"], **regions, **dep)
+        NSEG=NSEG, LIST=lst, P=LIST_PROGRAMS, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
+        num_warps=WARPS["select"], **regions, **common, **dep)
