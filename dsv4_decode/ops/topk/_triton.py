@@ -434,49 +434,44 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
-    if LIST:
-        if _listed(len_e, CHUNK, P) == 1:
-            if PDL:
-                gdc_wait()
-            _collect_listed(x_row, len_e, p, tl.load(thr_ptr + row), cnt_ptr + row,
-                            list_ptr + row.to(tl.int64) * stride_s, rcnt_ptr, row, stride_r,
-                            n_reg, kb_ptr, pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS, NR)
-        elif p * CHUNK < len_e:  # only the chunks inside the length are read
-            _collect_chunk(x_row, p, len_e, len_e, thr_ptr + row, cnt_ptr + row, kb_ptr, pb_ptr,
-                           cc_row, CHUNK, CAP, PDL)
-    else:
-        _collect_chunk(x_row, p, len_e, cols, thr_ptr + row, cnt_ptr + row, kb_ptr, pb_ptr,
-                       cc_row, CHUNK, CAP, PDL)
-
-
-@triton.jit
-def _collect_chunk(x_row, p, len_e, lim, thr_ptr, cnt_ptr, kb_ptr, pb_ptr, cc_row,
-                   CHUNK: tl.constexpr, CAP: tl.constexpr, PDL: tl.constexpr):
-    """Collect chunk p of a row whole, as span p. The chunk is [CHUNK / 8, 8] (8 consecutive
-    elements a thread: the in-row count and scan stay in the thread; round 2's layout, measured
-    faster than [16, 128] at 1-24 rows x 64K). It loads masked by ``lim`` alone (the width on
-    small grids: no wait for the length) and before T0 arrives, so the loads are in flight
-    together."""
+    # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count and
+    # scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x
+    # 64K), loaded before T0 arrives so the loads are in flight together: on small grids
+    # masked by the width alone (no wait for the length), on folded ones by the length and
+    # only for rows collected by chunk.
     if not PDL:
-        t0 = tl.load(thr_ptr)
+        t0 = tl.load(thr_ptr + row)
     e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
-    u = tl.load(x_row + e, mask=(e // 8) * 8 < lim, other=0).to(tl.int32) & 0xFFFF
-    key1 = tl.where(e < len_e, _key1(u), 0)
+    if LIST:
+        listed = _listed(len_e, CHUNK, P)
+        u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
+    else:
+        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
+    key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
     if PDL:
         gdc_wait()
-        t0 = tl.load(thr_ptr)
-    if p * CHUNK < len_e:
-        _collect_span(key1, e, p, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP)
+        t0 = tl.load(thr_ptr + row)
+    if LIST:
+        # issued with T0's load, whatever the row (their round trip overlaps the length's)
+        r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+        if listed == 1:
+            _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
+                            list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, kb_ptr,
+                            pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS)
+        elif p * CHUNK < len_e:
+            _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+    elif p * CHUNK < len_e:
+        _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
 
 
 @triton.jit
-def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, rcnt_ptr, row, stride_r, n_reg,
-                    kb_ptr, pb_ptr, cc_row, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-                    CAP: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr):
+def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, kb_ptr, pb_ptr, cc_row,
+                    CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
+                    P: tl.constexpr, RS: tl.constexpr):
     """Program p of a listed row: spans q = p, p + P, ... of NSEG places of the row's list of
-    segments (the regions' lists one after the other)."""
+    segments (the regions' lists one after the other; ``r``, ``pre``, ``n_act``:
+    ``_region_prefix``)."""
     SEG: tl.constexpr = CHUNK // NSEG
-    r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
     n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)
     if (p == 0) & (n_act > CAP):
         tl.store(cnt_ptr, CAP + 1)
@@ -616,11 +611,10 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     # past the count are stale and masked off afterwards): one memory round trip, not two.
     n = tl.load(cnt_ptr + row)
     n_spans = n_chunks + 0 * n  # a span a chunk (spans past the length have no candidates)
-    if LIST:
-        length, len_e = _row_length(lengths_ptr, row, cols, 1)
-        if _listed(len_e, CHUNK, P) == 1:  # spans of NSEG listed segments
-            regs, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
-            n_spans = (n_act + NSEG - 1) // NSEG
+    if LIST:  # a listed row: spans of NSEG listed segments (both loads issued together)
+        _, len_e = _row_length(lengths_ptr, row, cols, 1)
+        _, _, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+        n_spans = tl.where(_listed(len_e, CHUNK, P) == 1, (n_act + NSEG - 1) // NSEG, n_spans)
     j = tl.arange(0, NCH)
     cc = tl.load(cc_ptr + row.to(tl.int64) * stride_cc + j, mask=j < n_spans, other=0)
     i = tl.arange(0, SMALL)
