@@ -5,9 +5,9 @@
 ``config.span_log2`` folds R chunks into one group-maxima program (the largest R <= 8 that
 leaves >= 512 programs): at 12 x 1M that is 768 programs of 32 KB, and session 18's stamps
 put that kernel at 10.8 µs for 25 MB (2.3 TB/s). Each cell is timed with R = 1 (the small
-grids' path at any size), 2, 4 and 8 forced (``_triton.span_log2`` patched), the list twice, the bench's method (CUDA graph of 20
-calls, median of 20 replays, µs; k = 512); every answer is compared with the first's. Cells
-default to the bench's folded k = 512 cells.
+grids' path at any size), 2, 4 and 8 forced (``_triton.span_log2`` patched), the list twice,
+the bench's method (CUDA graph of 20 calls, median of 20 replays, µs; k = 512); every answer
+is compared with the first's. Cells default to the bench's folded k = 512 cells.
 """
 
 import sys
