@@ -282,6 +282,12 @@ def test_folded_spans(log_r, device, monkeypatch):
         lens = make_lengths("edges", 7, cols, k, gen)
         got = decode_topk(make_padded(x.to(device)), lens.to(device), k)
         assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
+    # rows long enough to fold whose chunks fit the programs a row (2 at R = 4, 4 at R = 2)
+    # take a chunk a program (_spread); the longer ones fold
+    x = make_logits("random", 7, 16384, gen)
+    lens = torch.tensor([2049, 3000, 4096, 6000, 8192, 8193, 16384], dtype=torch.int32)
+    got = decode_topk(x.to(device), lens.to(device), 16)
+    assert torch.equal(got.cpu(), decode_topk_ref(x, lens, 16))
     x = make_logits("special", 3, 16384, gen)  # block mode: 8 chunks of 256 blocks of 8
     lens = make_lengths("edges", 3, 16384, 16 * 8, gen)
     got = decode_topk_blocks(x.to(device), lens.to(device), 16, 8)
