@@ -282,8 +282,8 @@ def test_folded_spans(log_r, device, monkeypatch):
         lens = make_lengths("edges", 7, cols, k, gen)
         got = decode_topk(make_padded(x.to(device)), lens.to(device), k)
         assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
-    # rows long enough to fold whose chunks fit the programs a row (2 at R = 4, 4 at R = 2)
-    # take a chunk a program (_spread); the longer ones fold
+    # rows long enough to fold, with as many chunks as the programs a row (2 at R = 4, 4 at
+    # R = 2), fewer, or more
     x = make_logits("random", 7, 16384, gen)
     lens = torch.tensor([2049, 3000, 4096, 6000, 8192, 8193, 16384], dtype=torch.int32)
     got = decode_topk(x.to(device), lens.to(device), 16)

@@ -193,8 +193,7 @@ def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK:
     segment lists (``_listed``), which take the exact K-th group maximum."""
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     s = _level(len_e, TARGET, LMAX)
-    # as in _group_max_kernel: spans of R chunks, or single chunks
-    folded = (s >= LOG_R) & (_spread(len_e, cols, CHUNK, R, LOG_R) == 0)
+    folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
     span = tl.where(folded, R * CHUNK, CHUNK)
     per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)
     n_groups = ((len_e + span - 1) // span) * per_span
@@ -214,20 +213,6 @@ def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK:
     else:
         t = _kth_group_max(g_row, n_groups, n_valid, parts, K, GROUPS)
     return tl.maximum(t, 1)
-
-
-@triton.jit
-def _spread(len_e, cols, CHUNK: tl.constexpr, R: tl.constexpr, LOG_R: tl.constexpr):
-    """1 when a row of ``len_e`` elements on a folded grid (LOG_R > 0) has no more chunks than
-    the grid has group-maxima programs a row: each of its chunks then takes a program of its
-    own (groups of one chunk, as on small grids), not R of them one program. A fold pays on
-    long rows (fewer programs); on a short one (1/8 valid) it only lengthens the chain of
-    the few programs at work."""
-    if LOG_R > 0:
-        res = ((len_e + CHUNK - 1) // CHUNK <= (cols + R * CHUNK - 1) // (R * CHUNK))
-    else:
-        res = len_e < 0
-    return res.to(tl.int32)
 
 
 @triton.jit
@@ -326,10 +311,8 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
     # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
     # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
-    # CHUNK), so the level reduction runs once per R chunks; a row with no more chunks than
-    # the grid has programs a row (``_spread``) takes a chunk a program instead. FUSE: the
-    # row's last program to finish (an atomic ticket) computes the threshold, saving the
-    # separate threshold launch.
+    # CHUNK), so the level reduction runs once per R chunks. FUSE: the row's last program to
+    # finish (an atomic ticket) computes the threshold, saving the separate threshold launch.
     if PDL:  # the logits and lengths are the previous kernel's; the workspace its last reader's
         _pdl_enter()
     row = tl.program_id(0)
@@ -339,8 +322,7 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
     g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
     s_row = smax_ptr + row.to(tl.int64) * stride_s
-    spread = _spread(len_e, cols, CHUNK, R, LOG_R)
-    if (s >= LOG_R) & (spread == 0):
+    if s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
                 acc = _fold_span(x_row, p, len_e, s_row, R, UNROLL, CHUNK, NSEG, False, SEGS)
@@ -348,11 +330,10 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
                 acc = _fold_span(x_row, p, len_e, s_row, R, UNROLL, CHUNK, NSEG, True, SEGS)
             _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * (R * CHUNK), len_e,
                           s - LOG_R, CHUNK, LMAX)
-    else:  # chunk by chunk: the R chunks of span p, or chunk p alone (spread)
-        c0 = tl.where(spread == 1, p, p * R)
+    else:
         for r in range(R):
-            c = c0 + r
-            if (c * CHUNK < len_e) & ((r == 0) | (spread == 0)):
+            c = p * R + r
+            if c * CHUNK < len_e:
                 if (c + 1) * CHUNK <= len_e:
                     v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)
                 else:
@@ -455,37 +436,32 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
     # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count and
     # scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x
-    # 64K), loaded before T0 arrives so the loads are in flight together.
+    # 64K), loaded before T0 arrives so the loads are in flight together: on small grids
+    # masked by the width alone (no wait for the length), on folded ones by the length and
+    # only for rows collected by chunk.
+    if not PDL:
+        t0 = tl.load(thr_ptr + row)
     e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
     if LIST:
         listed = _listed(len_e, CHUNK, P)
-        # A program with nothing to collect (a chunk past the length of a row collected by
-        # chunk) exits at once, without waiting; the lengths were written before the call.
-        if (listed == 1) | (p * CHUNK < len_e):
-            u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
-            key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
-            if PDL:
-                gdc_wait()
-            t0 = tl.load(thr_ptr + row)
-            # issued with T0's load, whatever the row (their round trip overlaps the length's)
-            r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
-            if listed == 1:
-                _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
-                                list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, kb_ptr,
-                                pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS)
-            else:
-                _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+        u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
     else:
-        # masked by the width alone: the load does not wait for the length
-        if not PDL:
-            t0 = tl.load(thr_ptr + row)
         u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
-        key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
-        if PDL:
-            gdc_wait()
-            t0 = tl.load(thr_ptr + row)
-        if p * CHUNK < len_e:
+    key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
+    if PDL:
+        gdc_wait()
+        t0 = tl.load(thr_ptr + row)
+    if LIST:
+        # issued with T0's load, whatever the row (their round trip overlaps the length's)
+        r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+        if listed == 1:
+            _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
+                            list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, kb_ptr,
+                            pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS)
+        elif p * CHUNK < len_e:
             _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+    elif p * CHUNK < len_e:
+        _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
 
 
 @triton.jit
