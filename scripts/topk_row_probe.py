@@ -6,7 +6,11 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
 
 A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``; ``rowstagger``
 runs a patched copy of ``_row`` whose row r folds its tiles from tile r mod n_t (session 18's
-prepared change for the fold's growth from 20 rows, docs/kernels/topk.md). Each cell
+prepared change for the fold's growth from 20 rows, docs/kernels/topk.md; measured slower in
+session 19); ``chunks-keylate`` a patched copy of ``_triton`` whose folded-grid collect computes
+a chunk's keys only for rows collected by chunk (session 19); ``file:PATH`` the four launches of
+another ``_triton.py`` (an earlier commit's: ``git show REV:dsv4_decode/ops/topk/_triton.py >
+PATH``). Each cell
 is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
 as ``bench topk``), after every variant's output was compared bitwise with the first's.
 Cells default to the bench's 64K and 256K cells. Prints one line a cell.
@@ -19,7 +23,7 @@ import torch
 from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
-from dsv4_decode.utils.module_copy import load_source, patch
+from dsv4_decode.utils.module_copy import load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
          for r in (1, 6, 12, 24, 48, 64)]
@@ -42,10 +46,34 @@ STAGGER = [  # (anchor, replacement) on _row.py: row r folds tiles r mod n_t, r 
 ]
 
 
+KEYS_LATE = [  # (anchor, replacement) on _triton.py: folded grids compute a chunk's keys in
+    # the chunk branch, after the wait, so listed rows carry no [CHUNK / 8, 8] keys through it
+    ("""        u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
+    else:
+        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
+    key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
+""",
+     """        u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
+    else:
+        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
+        key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
+"""),
+    ("""        elif p * CHUNK < len_e:
+            _collect_span(key1, e, p, t0,""",
+     """        elif p * CHUNK < len_e:
+            _collect_span(tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0), e, p, t0,"""),
+]
+
+
 def runner(name):
     """A launch function for variant ``name``."""
     if name == "chunks":
         return _triton.launch
+    if name.startswith("file:"):  # an earlier _triton.py (git show REV:path > PATH)
+        return load_file(name[5:], "dsv4_decode.ops.topk", "topk_old_").launch
+    if name == "chunks-keylate":
+        return load_source(patch(open(_triton.__file__).read(), KEYS_LATE), "topk_keys_late",
+                           "dsv4_decode.ops.topk").launch
     if name == "rowstagger":
         return load_source(patch(open(_row.__file__).read(), STAGGER), "topk_row_stagger",
                            "dsv4_decode.ops.topk").launch

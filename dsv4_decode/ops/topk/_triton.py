@@ -639,6 +639,9 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
 LIST_REGION = 2048
+# Chunks a folding group-maxima program loads at once (``_fold_span``). 4 measured 1.3-2.3x
+# slower a call (session 19 run 6, ``scripts/topk_span_sweep.py --unroll 2,4``; no spills).
+FOLD_UNROLL = 2
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
 
@@ -672,7 +675,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
-        ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, 2),
+        ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, FOLD_UNROLL),
         NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=WARPS["group_max"], **spans, **common, **dep)
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1

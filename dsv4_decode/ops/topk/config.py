@@ -55,16 +55,23 @@ def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
 
 def span_log2(rows: int, n_chunks: int) -> int:
     """log2 of the chunks R one group-maxima program folds: 1 (no folding) up to
-    ``UNFOLDED_PROGRAMS`` programs, else the smallest R >= 2 (at most 8) that leaves at most
-    3,072 programs. Measured on the H200 (session 18 run 6, ``scripts/topk_span_sweep.py``,
-    every folded k = 512 cell at R = 2 / 4 / 8 / 16, µs): all valid, R = 2 was fastest in
-    every cell (12 x 1M 24.8 against 27.9 at the previous rule's R = 8, 64 x 1M 81.1 / 84.7);
-    at 1/8 valid (most programs idle) R = 4 won from 6,144 chunks by up to 1.7 (48 x 256K
-    21.3 / 23.0) and R = 8 from 16,384 by up to 15 (64 x 1M 39.5 / 54.3), so R grows with
-    the grid. The previous rule (the largest R <= 8 leaving >= 512 programs) ran 768 programs
-    of 32 KB at 12 x 1M: 2.3 TB/s."""
+    ``UNFOLDED_PROGRAMS`` programs; beyond, R = 8 for rows of at most 256 chunks (512K columns)
+    once more than 3,072 programs remain, else the smallest R >= 2 (at most 8) that leaves at
+    most 3,072 programs.
+
+    Measured on the H200 (``scripts/topk_span_sweep.py``, every folded k = 512 cell at R = 2 /
+    4 / 8, µs). Session 18 (run 6): all valid, R = 2 was fastest in every cell (12 x 1M 24.8
+    against 27.9 at R = 8, 64 x 1M 81.1 / 84.7); at 1/8 valid (most programs idle) larger R
+    won as the grid grew. Session 19 (runs 3, 6, after short rows on folded grids were
+    collected by chunk): at 1/8 valid R = 8 won on the 256K and 512K rows from 6,144 chunks
+    (24 x 512K 14.6 against 16.1 at R = 2, 64 x 256K 18.7 against 20.9 at R = 4), at a price
+    of 0.8 to 2.3 all valid (24 x 512K 30.9 / 29.2, 64 x 256K 49.1 / 48.3 / 46.8 at R = 8 /
+    4 / 2); on 1M rows R = 8 lost both ways at 12 rows (1/8 15.4 / 15.2 at R = 4, all 27.8 /
+    25.3 at R = 2)."""
     if rows * n_chunks <= UNFOLDED_PROGRAMS:
         return 0
+    if n_chunks <= 256 and rows * n_chunks > 3072:
+        return 3
     r = 2
     while r < 8 and rows * n_chunks > 3072 * r and 2 * r <= n_chunks:
         r *= 2
