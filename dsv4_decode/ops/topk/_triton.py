@@ -10,17 +10,19 @@ before the call):
    level the row's length selects, so a row has ``target .. 2*target`` groups; a program first
    folds R chunks elementwise (``config.span_log2``). Fused: the row's last program (atomic
    ticket) runs step 2.
-2. ``_row_threshold`` (fused into kernel 1, else ``_threshold_kernel`` grid (rows,)): T0 = a
-   value at least k group maxima reach: on unfolded grids ``_part_bound`` (each warp's own
-   k/8-th largest, the least of the eight: reductions inside warps), else, or when that has
-   no bound, the k-th largest group maximum (``_kth_largest``: a 256-bin histogram below the
-   maximum, else a bitwise search). At least k elements are >= T0 (every one of those k
-   groups holds its maximum), so the top k are >= T0.
-3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, segments / 128) on folded
-   ones: re-reads the row (small grids: whole chunks; folded grids: only the 128-element
-   segments whose maximum, stored by pass 1, reaches T0) and appends every element >= T0 to
-   the row's candidate buffer (key1, and its index with its rank inside its span), one atomic
-   a span; stores each span's candidate count.
+2. ``_row_threshold`` (fused into kernel 1, else ``_threshold_kernel`` grid (rows, regions)):
+   T0 = a value at least k group maxima reach: ``_part_bound`` (each warp's own k/8-th
+   largest, the least of the eight: reductions inside warps) unless the row is listed (3.),
+   else, or when that has no bound, the k-th largest group maximum (``_kth_largest``: a
+   256-bin histogram below the maximum, else a bitwise search). At least k elements are >= T0
+   (every one of those k groups holds its maximum), so the top k are >= T0.
+3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, ``LIST_PROGRAMS``) on
+   folded ones: re-reads the row (small grids, and on folded grids a row of at most
+   ``LIST_PROGRAMS`` chunks: whole chunks, a program each; a longer row is *listed*
+   (``_listed``): only the 128-element segments whose maximum, stored by pass 1, reaches T0,
+   from the threshold's lists) and appends every element >= T0 to the row's candidate buffer
+   (key1, and its index with its rank inside its span), one atomic a span; stores each span's
+   candidate count.
 4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key and
    writes the selected indices in ascending order (deterministic whatever order the atomics
    gave). Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by counting
