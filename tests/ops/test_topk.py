@@ -265,11 +265,12 @@ def test_part_bound_matches_definition(device):
 
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, device, monkeypatch):
-    """Many-row grids fold R chunks per group-maxima program and collect from the threshold's
-    lists of active segments (one per region of LIST_REGION segments, spans strided over
-    LIST_PROGRAMS programs a row); force both at a small shape (9,000 and 16,384 columns: odd
-    and even chunk counts; regions of 32 segments, so a span crosses regions; 2 programs a row,
-    so the strided loop runs)."""
+    """Many-row grids fold R chunks per group-maxima program and collect a row of more than
+    LIST_PROGRAMS chunks from the threshold's lists of active segments (one per region of
+    LIST_REGION segments, spans strided over LIST_PROGRAMS programs a row), a shorter one a
+    chunk a program; force all of it at a small shape (9,000 and 16,384 columns: odd and even
+    chunk counts; regions of 32 segments, so a span crosses regions; 2 programs a row, so the
+    strided loop runs and rows of 1-2 chunks are collected by chunk)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
