@@ -100,9 +100,8 @@ SELECT_PHASES = [
     ("    b_off = row.to(tl.int64) * stride_b\n    o_ptr = out_ptr",
      "    b_off = row.to(tl.int64) * stride_b\n    ph = dbg_ptr + 64 + row * 32\n    _clk(ph, 0)\n"
      "    o_ptr = out_ptr"),
-    ("    if n <= SMALL:\n        tau, need = _hist_tau(h, t0, n, K)\n        _select_tile(packed,",
-     "    _clk(ph, 1)\n    if n <= SMALL:\n        tau, need = _hist_tau(h, t0, n, K)\n"
-     "        _select_tile(ph, packed,"),
+    ("    if n <= SMALL:\n        _select_tile(packed, pk, n,",
+     "    _clk(ph, 1)\n    if n <= SMALL:\n        _select_tile(ph, packed, pk, n,"),
     ("        _select_tile(tl.load(kbuf_ptr", "        _select_tile(ph, tl.load(kbuf_ptr"),
     ("def _select_tile(packed,", "def _select_tile(ph, packed,"),
     ("    gt = m & (key1 > tau)\n", "    _clk(ph, 3)\n    gt = m & (key1 > tau)\n"),

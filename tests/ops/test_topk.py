@@ -324,8 +324,8 @@ def test_fused_threshold_matches_unfused(device):
 
 @pytest.mark.parametrize("path", PATHS)
 def test_workspace_reuse_new_inputs(path, device, monkeypatch):
-    """One workspace, three calls: what a call leaves behind (the candidate histogram is
-    re-zeroed by its reader) must not leak into the next answer."""
+    """One workspace, three calls (rows of 0, 1, k - 1, k, k + 1 and all columns): what a call
+    leaves behind must not leak into the next answer."""
     force_path(monkeypatch, path)
     gen = torch.Generator().manual_seed(5)
     ws = make_topk_workspace(6, 32, device)
@@ -335,8 +335,6 @@ def test_workspace_reuse_new_inputs(path, device, monkeypatch):
         lens = make_lengths("edges", 6, 2500, 32, gen)  # 0, 1, k - 1, k, k + 1, full
         decode_topk(make_padded(x.to(device)), lens.to(device), 32, out=out, workspace=ws)
         assert torch.equal(out.cpu(), decode_topk_ref(x, lens, 32))
-    if path == "chunks":
-        assert int(ws.chist.abs().sum()) == 0
 
 
 BLOCK_CASES = [(3, 5000, 64, 8, "edges", "special"), (2, 4000, 16, 8, "full", "constant"),

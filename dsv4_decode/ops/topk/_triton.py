@@ -54,7 +54,6 @@ PIN_KEY1 = tl.constexpr(ref.PIN_KEY1)
 TIE_SHIFT = tl.constexpr(ref.COL_BITS + 1)  # scratch entries: flag << 21 | index
 RANK_SHIFT = tl.constexpr(17)  # buffer keys: rank inside the span << 17 | key1 (key1 < 2**17)
 RANK_MASK = tl.constexpr((1 << 17) - 1)
-CHIST = tl.constexpr(256)  # bins of the collect's candidate histogram (key1 - T0; last: and up)
 
 
 @triton.jit
@@ -410,16 +409,14 @@ def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
 
 @triton.jit
 def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kbuf_ptr,
-                    pbuf_ptr, cc_ptr, hist_ptr, stride_x, stride_s, stride_r, stride_b,
-                    stride_cc, cols, n_reg, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-                    CAP: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr,
-                    NR: tl.constexpr, PDL: tl.constexpr):
+                    pbuf_ptr, cc_ptr, stride_x, stride_s, stride_r, stride_b, stride_cc, cols,
+                    n_reg, CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
+                    LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
+                    PDL: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
     # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
     # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
-    # atomics give never matters to the select. One load and ONE atomic a span for room; each
-    # kept candidate also counts itself into the row's histogram of key1 - T0 (``hist``), from
-    # which the select reads tau instead of searching its tile.
+    # atomics give never matters to the select. One load and ONE atomic a span.
     # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it;
     #   so on folded grids (LIST == 1) for a row of at most P chunks (``_listed``).
     # LIST == 1, a longer row: the P programs of a row take spans q = p, p + P, ... of the
@@ -439,7 +436,6 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
     pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
-    h_row = hist_ptr + row.to(tl.int64) * CHIST
     # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count and
     # scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x
     # 64K), loaded before T0 arrives so the loads are in flight together: on small grids
@@ -463,17 +459,16 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
         if listed == 1:
             _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
                             list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, kb_ptr,
-                            pb_ptr, cc_row, h_row, CHUNK, NSEG, CAP, P, RS)
+                            pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS)
         elif p * CHUNK < len_e:
-            _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, h_row, CAP,
-                          False)
+            _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
     elif p * CHUNK < len_e:
-        _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, h_row, CAP, False)
+        _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
 
 
 @triton.jit
 def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, kb_ptr, pb_ptr, cc_row,
-                    h_row, CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
+                    CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
                     P: tl.constexpr, RS: tl.constexpr):
     """Program p of a listed row: spans q = p, p + P, ... of NSEG places of the row's list of
     segments (the regions' lists one after the other; ``r``, ``pre``, ``n_act``:
@@ -492,7 +487,7 @@ def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, kb_ptr, 
         base = tl.sum(tl.where(r[None, :] == c[:, None], pre[None, :], 0), axis=1)
         seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
         key1, e = _span_keys(x_row, seg, ok, len_e, SEG)
-        _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, h_row, CAP, True)
+        _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP)
         q += P
 
 
@@ -506,24 +501,9 @@ def _span_keys(x_row, seg, ok, len_e, SEG: tl.constexpr):
 
 
 @triton.jit
-def _flat(x, TRANS: tl.constexpr):
-    """The tile ``x`` as 1-D, for a scatter (stores, atomics). Triton gives a scatter's
-    pointers a layout of their own (threads down dim 0), so a 2-D scatter from a tile whose
-    threads run along a row went through shared memory: three conversions and their barriers
-    (sm_90a TTGIR, session 20). Flattened in the tile's own thread order the reshape moves
-    nothing: rows of [*, 8] chunks as they are, the listed [16, 128] spans (threads down their
-    columns) transposed first (TRANS)."""
-    if TRANS:
-        x = tl.trans(x)
-    return tl.reshape(x, [x.numel])
-
-
-@triton.jit
-def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, h_row, CAP: tl.constexpr,
-                  TRANS: tl.constexpr):
+def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.constexpr):
     """Span q = the [NS, SEG] elements ``e`` with keys ``key1``: append those >= t0, each with
-    its rank inside the span, and count each one kept into ``h_row[min(key1 - t0, 255)]``.
-    TRANS: ``_flat``'s, for this tile's layout."""
+    its rank inside the span."""
     cand = key1 >= t0
     n_a = tl.sum(cand.to(tl.int32), axis=1)
     n_q = tl.sum(n_a, axis=0)
@@ -532,36 +512,30 @@ def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, h_row, CAP: t
         base = tl.atomic_add(cnt_ptr, n_q, sem="relaxed")
         rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
         pos = base + rank
-        keep = _flat(cand & (pos < CAP), TRANS)
-        tl.store(_flat(kb_ptr + pos, TRANS), _flat((rank << RANK_SHIFT) | key1, TRANS), mask=keep)
-        tl.store(_flat(pb_ptr + pos, TRANS), _flat((q << COL_BITS) | e, TRANS), mask=keep)
-        # one relaxed atomic a kept candidate (random rows: ~1.4 K a row on a few dozen bins)
-        tl.atomic_add(_flat(h_row + tl.minimum(key1 - t0, CHIST - 1), TRANS), 1, mask=keep,
-                      sem="relaxed")
+        keep = cand & (pos < CAP)
+        tl.store(kb_ptr + pos, (rank << RANK_SHIFT) | key1, mask=keep)
+        tl.store(pb_ptr + pos, (q << COL_BITS) | e, mask=keep)
     tl.store(cc_row + q, n_q)
 
 
 @triton.jit
-def _select_tile(packed, pk, n, cc, tau, need, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
+def _select_tile(packed, pk, n, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
     """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries, the first
     ``n`` live; ``cc``: candidates per span), written in ascending index order.
 
-    tau = the K-th largest key1 and ``need`` the ties at tau to keep, from the collect's
-    histogram (``_hist_tau``), or, where that gives -1, searched in the tile. The candidates
-    are then put in index order (span prefix of the per-span counts + rank inside the span:
-    independent of the order the atomics gave the buffer), where ``_write_kept`` keeps the ties
-    at tau lowest index first and packs the kept indices. The span prefix is gathered in
-    registers (``tl.gather``); the index-order permutation goes through global scratch (Triton
-    has no register scatter).
+    tau = the K-th largest key1. The candidates are then put in index order (span prefix of
+    the per-span counts + rank inside the span: independent of the order the atomics gave the
+    buffer), where ``_write_kept`` keeps the ties at tau lowest index first and packs the kept
+    indices. The span prefix is gathered in registers (``tl.gather``); the
+    index-order permutation goes through global scratch (Triton has no register scatter).
     """
     i = tl.arange(0, SIZE)
     m = i < n
     key1 = packed & RANK_MASK
     idx = pk & COL_MASK
-    if tau < 0:  # the K-th lies 255 or more keys above T0 (top values lumped in few groups)
-        tau = _kth_largest(key1, m, n, K, SIZE <= 4096)
-        need = K - tl.sum((m & (key1 > tau)).to(tl.int32), axis=0)
+    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
     gt = m & (key1 > tau)
+    need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     pre = tl.cumsum(cc, axis=0) - cc
     order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
     flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
@@ -569,23 +543,6 @@ def _select_tile(packed, pk, n, cc, tau, need, sc_ptr, o_ptr, K, SIZE: tl.conste
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
     _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr, K)
-
-
-@triton.jit
-def _hist_tau(h, t0, n, K):
-    """(tau, need) from the row's candidate histogram ``h`` ([CHIST]: bin b counts key1 =
-    t0 + b, the last bin t0 + CHIST - 1 and above; the collect's atomics): tau = the K-th
-    largest key1 and need = the ties at tau to keep, K - #{key1 > tau}; tau = 0, need = K - n
-    when fewer than K (every candidate kept); tau = -1 when the K-th falls in the last bin (the
-    caller searches its tile). One scan of the bins and one reduction, where searching a
-    1,024-slot tile took ~2,500 cycles (session 18's probe)."""
-    b = tl.arange(0, CHIST)
-    at_least = tl.cumsum(h, axis=0, reverse=True)  # #{key1 >= t0 + b}
-    above = at_least - h
-    # the one bin where the count reaches K; above < 2**20 (at most CAP candidates)
-    hit = tl.max(tl.where((at_least >= K) & (above < K), (b << 20) | above, -1), axis=0)
-    tau = tl.where(n < K, 0, tl.where((hit >> 20) < CHIST - 1, t0 + (hit >> 20), -1))
-    return tau, tl.where(n < K, K - n, K - (hit & 0xFFFFF))
 
 
 @triton.jit
@@ -641,10 +598,10 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr,
-                   rcnt_ptr, hist_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o,
-                   cols, n_chunks, n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr,
-                   LIST: tl.constexpr, NR: tl.constexpr, CHUNK: tl.constexpr, P: tl.constexpr,
+def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, rcnt_ptr,
+                   out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
+                   n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
+                   NR: tl.constexpr, CHUNK: tl.constexpr, P: tl.constexpr,
                    SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr,
                    PDL: tl.constexpr):
     if PDL:
@@ -652,14 +609,9 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_
     row = tl.program_id(0)
     b_off = row.to(tl.int64) * stride_b
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
-    # The count, T0, the histogram, the span counts and the first SMALL buffer entries load
-    # together (entries past the count are stale and masked off afterwards): one memory round
-    # trip, not two. The threads that read the histogram re-zero it for the next call.
+    # The count, the span counts and the first SMALL buffer entries load together (entries
+    # past the count are stale and masked off afterwards): one memory round trip, not two.
     n = tl.load(cnt_ptr + row)
-    t0 = tl.load(thr_ptr + row)
-    h_row = hist_ptr + row.to(tl.int64) * CHIST + tl.arange(0, CHIST)
-    h = tl.load(h_row)
-    tl.store(h_row, 0)
     n_spans = n_chunks + 0 * n  # a span a chunk (spans past the length have no candidates)
     if LIST:  # a listed row: spans of NSEG listed segments (both loads issued together)
         _, len_e = _row_length(lengths_ptr, row, cols, 1)
@@ -671,15 +623,13 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_
     packed = tl.load(kbuf_ptr + b_off + i)
     pk = tl.load(pbuf_ptr + b_off + i)
     if n <= SMALL:
-        tau, need = _hist_tau(h, t0, n, K)
-        _select_tile(packed, pk, n, cc, tau, need, sc_ptr + b_off, o_ptr, K, SMALL)
+        _select_tile(packed, pk, n, cc, sc_ptr + b_off, o_ptr, K, SMALL)
     elif n <= CAP:
         c = tl.arange(0, CAP)
         m = c < n
-        tau, need = _hist_tau(h, t0, n, K)
         _select_tile(tl.load(kbuf_ptr + b_off + c, mask=m, other=0),
-                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), n, cc, tau, need,
-                     sc_ptr + b_off, o_ptr, K, CAP)
+                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), n, cc, sc_ptr + b_off,
+                     o_ptr, K, CAP)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
@@ -739,14 +689,13 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
             P=LIST_PROGRAMS,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
-        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc, ws.chist,
+        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
         P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"], **regions,
         **common, **dep)
     _select_kernel[(rows,)](
-        x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, ws.chist,
-        out,
+        x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
         NSEG=NSEG, LIST=lst, P=LIST_PROGRAMS, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,

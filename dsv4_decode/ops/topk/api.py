@@ -36,10 +36,7 @@ class TopkWorkspace:
       segments of one collect program); ``_row`` writes ``kbuf`` only, ``(key1 - 1) << 16 |
       column``, in column order;
     - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
-    - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index;
-    - ``chist`` int32 [rows, 256], zero between calls: the candidates' histogram of key1 - T0
-      (bin 255: that or more), added to by the collect's atomics, read and re-zeroed by the
-      select (the four launches only).
+    - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
     Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``;
     in block mode the plain-mode buffers above are allocated empty, ``[rows, 0]``, but for the
@@ -67,7 +64,6 @@ class TopkWorkspace:
     pbuf: torch.Tensor
     cc: torch.Tensor
     scratch: torch.Tensor
-    chist: torch.Tensor
     hist1: torch.Tensor
     hist2: torch.Tensor
     meta: torch.Tensor
@@ -97,7 +93,6 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         thr=buf(rows), cnt=buf(rows),
         kbuf=buf(rows, plain * cfg.cap), pbuf=buf(rows, plain * cfg.cap),
         cc=buf(rows, plain * cfg.max_chunks), scratch=buf(rows, plain * cfg.cap),
-        chist=buf(rows, plain * 256, zero=True),
         hist1=buf(rows, 512 if nch else 0, zero=True),
         hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
         csuf=buf(rows, nch, 256), cgt=buf(rows, nch),
