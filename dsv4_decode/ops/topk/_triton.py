@@ -519,23 +519,24 @@ def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.const
 
 
 @triton.jit
-def _select_tile(packed, pk, n, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
+def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
     """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries, the first
-    ``n`` live; ``cc``: candidates per span), written in ascending index order.
+    ``n`` live, every key1 >= ``t0``; ``cc``: candidates per span), written in ascending index
+    order.
 
-    tau = the K-th largest key1. The candidates are then put in index order (span prefix of
-    the per-span counts + rank inside the span: independent of the order the atomics gave the
-    buffer), where ``_write_kept`` keeps the ties at tau lowest index first and packs the kept
-    indices. The span prefix is gathered in registers (``tl.gather``); the
+    tau = the K-th largest key1 (``_kth_above``). The candidates are then put in index order
+    (span prefix of the per-span counts + rank inside the span: independent of the order the
+    atomics gave the buffer), where ``_write_kept`` keeps the ties at tau lowest index first
+    and packs the kept indices. The span prefix is gathered in registers (``tl.gather``); the
     index-order permutation goes through global scratch (Triton has no register scatter).
     """
     i = tl.arange(0, SIZE)
     m = i < n
     key1 = packed & RANK_MASK
     idx = pk & COL_MASK
-    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
+    # tau 0 when n < K: every candidate is kept; need: the ties at tau to keep, lowest first
+    tau, need = _kth_above(key1, m, n, t0, K, SIZE <= 4096)
     gt = m & (key1 > tau)
-    need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest index first
     pre = tl.cumsum(cc, axis=0) - cc
     order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
     flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
@@ -543,6 +544,36 @@ def _select_tile(packed, pk, n, cc, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
     _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr, K)
+
+
+@triton.jit
+def _kth_above(v, m, n, t0, K, HIST: tl.constexpr):
+    """(tau, need) of the n candidate keys ``v[m]``, all >= ``t0`` (T0): tau = their K-th
+    largest (0 when n < K) and need = K - #{v > tau}, the ties at tau to keep (K - n when
+    n < K).
+
+    HIST: one 256-bin histogram of v - t0. The K-th usually lies a few keys above T0, and the
+    count above tau is read from the same bins: no CTA maximum and no count afterwards, two
+    CTA reductions fewer than ``_kth_largest`` (whose histogram sits below the maximum). The
+    K-th 255 or more keys above t0 (top values lumped in few groups), or no HIST:
+    ``_kth_largest`` and a count."""
+    tau = n * 0
+    need = K - n
+    found = n < K
+    if HIST:
+        b = tl.arange(0, 256)
+        h = tl.histogram(tl.minimum(v - t0, 255), 256, mask=m)
+        at_least = tl.cumsum(h, axis=0, reverse=True)  # #{v >= t0 + b}
+        above = at_least - h
+        # the one bin where the count reaches K (above < 2**20: at most CAP candidates)
+        hit = tl.max(tl.where((at_least >= K) & (above < K), (b << 20) | above, -1), axis=0)
+        found = found | ((hit >= 0) & ((hit >> 20) < 255))
+        tau = tl.where(n < K, 0, t0 + (hit >> 20))
+        need = tl.where(n < K, K - n, K - (hit & 0xFFFFF))
+    if not found:
+        tau = _kth_largest(v, m, n, K, HIST)
+        need = K - tl.sum((m & (v > tau)).to(tl.int32), axis=0)
+    return tau, need
 
 
 @triton.jit
@@ -598,9 +629,9 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr, rcnt_ptr,
-                   out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols, n_chunks,
-                   n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
+def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr,
+                   rcnt_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols,
+                   n_chunks, n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
                    NR: tl.constexpr, CHUNK: tl.constexpr, P: tl.constexpr,
                    SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr,
                    PDL: tl.constexpr):
@@ -609,9 +640,10 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     row = tl.program_id(0)
     b_off = row.to(tl.int64) * stride_b
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
-    # The count, the span counts and the first SMALL buffer entries load together (entries
-    # past the count are stale and masked off afterwards): one memory round trip, not two.
+    # The count, T0, the span counts and the first SMALL buffer entries load together
+    # (entries past the count are stale and masked off afterwards): one memory round trip.
     n = tl.load(cnt_ptr + row)
+    t0 = tl.load(thr_ptr + row)
     n_spans = n_chunks + 0 * n  # a span a chunk (spans past the length have no candidates)
     if LIST:  # a listed row: spans of NSEG listed segments (both loads issued together)
         _, len_e = _row_length(lengths_ptr, row, cols, 1)
@@ -623,13 +655,13 @@ def _select_kernel(x_ptr, lengths_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_p
     packed = tl.load(kbuf_ptr + b_off + i)
     pk = tl.load(pbuf_ptr + b_off + i)
     if n <= SMALL:
-        _select_tile(packed, pk, n, cc, sc_ptr + b_off, o_ptr, K, SMALL)
+        _select_tile(packed, pk, n, cc, t0, sc_ptr + b_off, o_ptr, K, SMALL)
     elif n <= CAP:
         c = tl.arange(0, CAP)
         m = c < n
         _select_tile(tl.load(kbuf_ptr + b_off + c, mask=m, other=0),
-                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), n, cc, sc_ptr + b_off,
-                     o_ptr, K, CAP)
+                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), n, cc, t0,
+                     sc_ptr + b_off, o_ptr, K, CAP)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
@@ -695,7 +727,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"], **regions,
         **common, **dep)
     _select_kernel[(rows,)](
-        x16, lengths, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
+        x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
         NSEG=NSEG, LIST=lst, P=LIST_PROGRAMS, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
