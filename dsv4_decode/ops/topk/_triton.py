@@ -726,9 +726,13 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
         P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"], **regions,
         **common, **dep)
+    # the span counts the select scans: a chunk each on small grids; on folded ones up to
+    # LIST_PROGRAMS chunks or cap / NSEG listed spans (more listed segments than cap is an
+    # overflow, where the fallback runs); not cfg.max_chunks whatever the row (session 20)
+    nch = triton.next_power_of_2(max(LIST_PROGRAMS, cfg.cap // NSEG) if lst else n_chunks)
     _select_kernel[(rows,)](
         x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
-        stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=cfg.max_chunks,
+        stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=nch,
         NSEG=NSEG, LIST=lst, P=LIST_PROGRAMS, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
         num_warps=WARPS["select"], **regions, **common, **dep)
