@@ -23,10 +23,11 @@ before the call):
    from the threshold's lists) and appends every element >= T0 to the row's candidate buffer
    (key1, and its index with its rank inside its span), one atomic a span; stores each span's
    candidate count.
-4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key and
-   writes the selected indices in ascending order (deterministic whatever order the atomics
-   gave). Above ``cap`` candidates (heavy ties, adversarial rows) it selects exactly by counting
-   scans over the row in one CTA: slow, but exact and deterministic.
+4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key (a
+   histogram of key1 - T0, ``_kth_above``) and writes the selected indices in ascending order
+   (deterministic whatever order the atomics gave). Above ``cap`` candidates (heavy ties,
+   adversarial rows) it selects exactly by counting scans over the row in one CTA: slow, but
+   exact and deterministic.
 
 Keys: ``key1`` is 0 for "not a candidate", else 1 + the 16-bit order-preserving key of the bf16
 value (``ref.rank_keys``). These kernels run plain mode, but for the shapes
