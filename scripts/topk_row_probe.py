@@ -10,7 +10,7 @@ prepared change for the fold's growth from 20 rows, docs/kernels/topk.md; measur
 session 19); ``chunks-keylate`` a patched copy of ``_triton`` whose folded-grid collect computes
 a chunk's keys only for rows collected by chunk (session 19); ``file:PATH`` the four launches of
 another ``_triton.py`` (an earlier commit's: ``git show REV:dsv4_decode/ops/topk/_triton.py >
-PATH``). Each cell
+PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of another ``_row.py``. Each cell
 is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
 as ``bench topk``), after every variant's output was compared bitwise with the first's.
 Cells default to the bench's 64K and 256K cells. Prints one line a cell.
@@ -71,6 +71,8 @@ def runner(name):
         return _triton.launch
     if name.startswith("file:"):  # an earlier _triton.py (git show REV:path > PATH)
         return load_file(name[5:], "dsv4_decode.ops.topk", "topk_old_").launch
+    if name.startswith("rowfile:"):  # an earlier _row.py
+        return load_file(name[8:], "dsv4_decode.ops.topk", "topk_row_old_").launch
     if name == "chunks-keylate":
         return load_source(patch(open(_triton.__file__).read(), KEYS_LATE), "topk_keys_late",
                            "dsv4_decode.ops.topk").launch

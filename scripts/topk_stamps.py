@@ -85,9 +85,9 @@ PHASES = [
     ("    o_ptr = out_ptr + row", "    _clk(ph, 6)\n    o_ptr = out_ptr + row"),
     ("def _select(kb,", "def _select(ph, kb,"),
     ("        _select(kb,", "        _select(ph, kb,"),
-    ("    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)",
-     "    _clk(ph, 8)\n    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)"),
-    ("    need = K - tl.sum(gt", "    _clk(ph, 9)\n    need = K - tl.sum(gt"),
+    ("    tau, need = _kth_above(key1, m, n, t0, K, SIZE <= 4096)",
+     "    _clk(ph, 8)\n    tau, need = _kth_above(key1, m, n, t0, K, SIZE <= 4096)"),
+    ("    gt = m & (key1 > tau)\n", "    _clk(ph, 9)\n    gt = m & (key1 > tau)\n"),
     ("    _write_kept(gt, m & (key1 == tau), need, p & 0xFFFF, n, o_ptr, K)\n",
      "    _clk(ph, 10)\n    _write_kept(gt, m & (key1 == tau), need, p & 0xFFFF, n, o_ptr, K)\n"
      "    _clk(ph, 11)\n"),
@@ -113,7 +113,7 @@ SELECT_PHASES = [
 SELECT_NAMES = {1: "loads issued", 3: "tau (+ loads)", 4: "need, prefix, gather", 5: "scatter",
                 7: "reload, write"}
 PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
-               12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau", 10: "need",
+               12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau, need", 10: "gt",
                11: "write", 7: "end"}
 
 

@@ -39,6 +39,7 @@ from ._triton import (
     _as_key1,
     _exact_fallback,
     _key1,
+    _kth_above,
     _kth_largest,
     _max_nan,
     _part_bound,
@@ -135,16 +136,16 @@ def _collect_listed(x_row, s_row, l_row, len_e, t0, kb, TILE: tl.constexpr,
 
 
 @triton.jit
-def _select(kb, n, o_ptr, K, SIZE: tl.constexpr):
+def _select(kb, n, t0, o_ptr, K, SIZE: tl.constexpr):
     """Exact top K of the n (<= SIZE) candidates ``kb`` (``_collect``'s entries, in column
-    order), written ascending to ``o_ptr``, -1 filling the tail."""
+    order, all >= ``t0``), written ascending to ``o_ptr``, -1 filling the tail."""
     i = tl.arange(0, SIZE)
     m = i < n
     p = tl.load(kb + i, mask=m, other=0)
     key1 = tl.where(m, ((p >> 16) & 0xFFFF) + 1, 0)
-    tau = _kth_largest(key1, m, n, K, SIZE <= 4096)  # 0 when n < K: every candidate is kept
+    # tau 0 when n < K: every candidate is kept; need: the ties at tau to keep, lowest first
+    tau, need = _kth_above(key1, m, n, t0, K, SIZE <= 4096)
     gt = m & (key1 > tau)
-    need = K - tl.sum(gt.to(tl.int32), axis=0)  # ties at tau to keep, lowest column first
     _write_kept(gt, m & (key1 == tau), need, p & 0xFFFF, n, o_ptr, K)
 
 
@@ -194,9 +195,9 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, out_p
     tl.debug_barrier()  # the candidates were written by other threads of this CTA
     o_ptr = out_ptr + row.to(tl.int64) * stride_o
     if n <= SMALL:
-        _select(kb, n, o_ptr, K, SMALL)
+        _select(kb, n, t0, o_ptr, K, SMALL)
     elif n <= CAP:
-        _select(kb, n, o_ptr, K, CAP)
+        _select(kb, n, t0, o_ptr, K, CAP)
     else:
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
 
@@ -204,7 +205,7 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, out_p
 def groups(k: int) -> int:
     """G: the group maxima T0 is taken from. 4K of them keep about G ln(G / (G - K)) = 1.15 K
     candidates on random data (K = 512: ~590 of the 1,024-slot tile); at most 4,096, where
-    ``_kth_largest``'s histogram still pays (K = 2,048: ~2,840 of 4,096)."""
+    the select's histogram (``_kth_above``) still pays (K = 2,048: ~2,840 of 4,096)."""
     return min(1 << max(6, (4 * k - 1).bit_length()), 4096, TILE // 2)
 
 
