@@ -110,7 +110,7 @@ SELECT_PHASES = [
      "    tl.debug_barrier()  # global scratch written"),
     ("need, v & COL_MASK, n, o_ptr, K)\n", "need, v & COL_MASK, n, o_ptr, K)\n    _clk(ph, 7)\n"),
 ]
-SELECT_NAMES = {1: "loads issued", 3: "tau (+ loads)", 4: "need, prefix, gather", 5: "scatter",
+SELECT_NAMES = {1: "loads issued", 3: "tau, need (+ loads)", 4: "prefix, gather", 5: "scatter",
                 7: "reload, write"}
 PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
                12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau, need", 10: "gt",
