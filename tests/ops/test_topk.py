@@ -637,8 +637,11 @@ from dsv4_decode.ops.topk.config import NSEG, TopkConfig
 
 
 def build(fn, const, num_warps, pdl=True):  # on sm_90+ every launch is a dependent one
-    return spill_stores(fn, dict(const, PDL=pdl), num_warps, {"x_ptr": "*i16"},
-                        default_ptr="*i32")
+    # twice: as an odd shape compiles, and as the bench's shapes specialize it (row strides and
+    # widths divisible by 16: 16-byte loads, other layouts, other registers)
+    div = tuple(n for n in fn.arg_names if n.startswith("stride") or n == "cols")
+    return sum(spill_stores(fn, dict(const, PDL=pdl), num_warps, {"x_ptr": "*i16"},
+                            default_ptr="*i32", divisible=d) for d in ((), div))
 
 
 out = {}
@@ -683,7 +686,8 @@ print(json.dumps(out))
 def test_compiles_for_sm90_without_spills():
     """The default paths' kernels go through Triton's whole sm_90 pipeline (TTIR -> PTX ->
     ptxas) without a GPU: the compiler's checks the interpreter skips (types across branches,
-    layouts, reshapes) run here. No register spills."""
+    layouts, reshapes) run here, for odd shapes and as the bench's shapes specialize the
+    launches (integer strides and widths divisible by 16). No register spills."""
     from dsv4_decode.utils.sm90 import run_compile_script
 
     spills = run_compile_script(_COMPILE_SM90)
