@@ -88,13 +88,15 @@ ONCHIP = [  # (anchor, replacement) on _triton.py: the select places its kept ca
         ccv = n_q | (tl.minimum(base, 32767) << 16)
 """),
     ("    tl.store(cc_row + q, n_q)\n", "    tl.store(cc_row + q, ccv)\n"),
-    ("""    pre = tl.cumsum(cc, axis=0) - cc
-    order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
-    flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
-    tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
+    # (the scratch path's lines go in two cuts: the first three, then the next four)
+    ("""    tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
     _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr, K)
+""", ""),
+    ("""    pre = tl.cumsum(cc, axis=0) - cc
+    order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
+    flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
 """, """    tie = m & (key1 == tau)
     w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)  # packed counts: gt | ties << 16
     c = tl.cumsum(w, axis=0)
