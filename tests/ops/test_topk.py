@@ -197,10 +197,14 @@ def test_decode_topk_matches_twin(rows, cols, k, lens_spec, kind, path, device, 
     gen = torch.Generator().manual_seed(rows * 1000 + cols + k)
     x = make_logits(kind, rows, cols, gen)
     lens = make_lengths(lens_spec, rows, cols, k, gen)
-    out = torch.full((rows, k), -7, dtype=torch.int32, device=device)  # poison
+    # poison, and a guard row after the output: a stray write past a row's k slots lands in
+    # the next row (which may overwrite it) or, from the last row, past the output
+    guard = torch.full((rows + 1, k), -7, dtype=torch.int32, device=device)
+    out = guard[:rows]
     got = decode_topk(make_padded(x.to(device)), lens.to(device), k, out=out)
     assert got.data_ptr() == out.data_ptr()
     assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
+    assert (guard[rows] == -7).all(), "written past the output"
     check_contract(x, lens, k, got)
 
 
