@@ -88,34 +88,51 @@ ONCHIP = [  # (anchor, replacement) on _triton.py: the select places its kept ca
         ccv = n_q | (tl.minimum(base, 32767) << 16)
 """),
     ("    tl.store(cc_row + q, n_q)\n", "    tl.store(cc_row + q, ccv)\n"),
-    # (the scratch path's lines go in two cuts: the first three, then the next four)
+    # the scratch path's lines, in two cuts (three, then four), go under an else: the on-chip
+    # path spilled in the 4,096-slot tile at k = 512 (rows of > 1,024 candidates)
+    ("def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):",
+     "def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr,\n"
+     "                 ONCHIP: tl.constexpr):"),
+    ("_select_tile(packed, pk, n, cc, t0, sc_ptr + b_off, o_ptr, K, SMALL)",
+     "_select_tile(packed, pk, n, cc, t0, sc_ptr + b_off, o_ptr, K, SMALL, True)"),
+    ("sc_ptr + b_off, o_ptr, K, CAP)", "sc_ptr + b_off, o_ptr, K, CAP, CAP > 4096)"),
     ("""    tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
     tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
     v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
     _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr, K)
-""", ""),
+""", """        tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
+        tl.debug_barrier()
+        v = tl.load(sc_ptr + i, mask=m, other=0)
+        _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr,
+                    K)
+"""),
     ("""    pre = tl.cumsum(cc, axis=0) - cc
     order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
     flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
-""", """    tie = m & (key1 == tau)
-    w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)  # packed counts: gt | ties << 16
-    c = tl.cumsum(w, axis=0)
-    cx = c - w
-    inner = cx - tl.gather(cx, tl.where(m, i - (packed >> RANK_SHIFT), 0), 0)
-    # spans past the length hold stale counts (never stored this call): only spans inside
-    # the n live slots count (a stale one could only be followed by more past the length)
-    cnt = cc & 0xFFFF
-    first = cc >> 16
-    live = (cnt > 0) & (first >= 0) & (first + cnt <= n)
-    first = tl.where(live, first, 0)
-    last = first + tl.where(live, cnt, 1) - 1
-    tot = tl.where(live, tl.gather(c, last, 0) - tl.gather(cx, first, 0), 0)
-    before = tl.gather(tl.cumsum(tot, axis=0) - tot, tl.where(m, pk >> COL_BITS, 0), 0) + inner
-    b_gt = before & 0xFFFF
-    b_tie = before >> 16
-    keep = gt | (tie & (b_tie < need))
-    tl.store(o_ptr + b_gt + tl.minimum(b_tie, need), idx, mask=keep)
-    tl.store(o_ptr + i, -1, mask=(i >= tl.minimum(n, K)) & (i < K))
+""", """    if ONCHIP:
+        tie = m & (key1 == tau)
+        w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)  # packed counts: gt | ties << 16
+        c = tl.cumsum(w, axis=0)
+        cx = c - w
+        inner = cx - tl.gather(cx, tl.where(m, i - (packed >> RANK_SHIFT), 0), 0)
+        # spans past the length hold stale counts (never stored this call): only spans inside
+        # the n live slots count (a stale one could only be followed by more past the length)
+        cnt = cc & 0xFFFF
+        first = cc >> 16
+        live = (cnt > 0) & (first >= 0) & (first + cnt <= n)
+        first = tl.where(live, first, 0)
+        last = first + tl.where(live, cnt, 1) - 1
+        tot = tl.where(live, tl.gather(c, last, 0) - tl.gather(cx, first, 0), 0)
+        before = tl.gather(tl.cumsum(tot, axis=0) - tot, tl.where(m, pk >> COL_BITS, 0), 0) + inner
+        b_gt = before & 0xFFFF
+        b_tie = before >> 16
+        keep = gt | (tie & (b_tie < need))
+        tl.store(o_ptr + b_gt + tl.minimum(b_tie, need), idx, mask=keep)
+        tl.store(o_ptr + i, -1, mask=(i >= tl.minimum(n, K)) & (i < K))
+    else:  # the scratch path, reading the counts from the packed cc
+        pre = tl.cumsum(cc & 0xFFFF, axis=0) - (cc & 0xFFFF)
+        order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
+        flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
 """),
 ]
 
