@@ -8,9 +8,7 @@ A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T
 runs a patched copy of ``_row`` whose row r folds its tiles from tile r mod n_t (session 18's
 prepared change for the fold's growth from 20 rows, docs/kernels/topk.md; measured slower in
 session 19); ``chunks-keylate`` a patched copy of ``_triton`` whose folded-grid collect computes
-a chunk's keys only for rows collected by chunk (session 19); ``chunks-onchip`` a patched copy
-of ``_triton`` whose select places the kept candidates by scans and on-chip gathers instead of
-the index-order permutation through global scratch (session 20, prepared); ``file:PATH`` the
+a chunk's keys only for rows collected by chunk (session 19); ``file:PATH`` the
 four launches of another ``_triton.py`` (an earlier commit's: ``git show
 REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
 another ``_row.py``. Each cell
@@ -68,75 +66,6 @@ KEYS_LATE = [  # (anchor, replacement) on _triton.py: folded grids compute a chu
 ]
 
 
-ONCHIP = [  # (anchor, replacement) on _triton.py: the select places its kept candidates
-    # without the index-order permutation through global scratch (session 20, prepared): the
-    # collect stores each span's buffer base beside its count (cc = count | base << 16), and
-    # since a span's candidates sit contiguous in the buffer in rank order, the kept before a
-    # candidate in column order are the kept before it in its span (a prefix sum over the
-    # buffer, gathered at the span's first slot) plus the kept of the spans before (each
-    # span's total gathered from the same prefix sum at its first and last slots, then a
-    # prefix sum over the spans): scans and on-chip gathers only
-    ("""    n_q = tl.sum(n_a, axis=0)
-    if n_q > 0:
-        # relaxed: only the count must be atomic (the select runs after a kernel boundary)
-        base = tl.atomic_add(cnt_ptr, n_q, sem="relaxed")
-""", """    n_q = tl.sum(n_a, axis=0)
-    ccv = n_q
-    if n_q > 0:
-        # relaxed: only the count must be atomic (the select runs after a kernel boundary)
-        base = tl.atomic_add(cnt_ptr, n_q, sem="relaxed")
-        ccv = n_q | (tl.minimum(base, 32767) << 16)
-"""),
-    ("    tl.store(cc_row + q, n_q)\n", "    tl.store(cc_row + q, ccv)\n"),
-    # the scratch path's lines, in two cuts (three, then four), go under an else: the on-chip
-    # path spilled in the 4,096-slot tile at k = 512 (rows of > 1,024 candidates)
-    ("def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):",
-     "def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr,\n"
-     "                 ONCHIP: tl.constexpr):"),
-    ("_select_tile(packed, pk, n, cc, t0, sc_ptr + b_off, o_ptr, K, SMALL)",
-     "_select_tile(packed, pk, n, cc, t0, sc_ptr + b_off, o_ptr, K, SMALL, True)"),
-    ("sc_ptr + b_off, o_ptr, K, CAP)", "sc_ptr + b_off, o_ptr, K, CAP, CAP > 4096)"),
-    ("""    tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
-    tl.debug_barrier()  # global scratch written and read back by other threads of this CTA
-    v = tl.load(sc_ptr + i, mask=m, other=0)  # the candidates in index order
-    _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr, K)
-""", """        tl.store(sc_ptr + order, (flag << TIE_SHIFT) | idx, mask=m)
-        tl.debug_barrier()
-        v = tl.load(sc_ptr + i, mask=m, other=0)
-        _write_kept((v >> TIE_SHIFT) == 2, (v >> TIE_SHIFT) == 1, need, v & COL_MASK, n, o_ptr,
-                    K)
-"""),
-    ("""    pre = tl.cumsum(cc, axis=0) - cc
-    order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
-    flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
-""", """    if ONCHIP:
-        tie = m & (key1 == tau)
-        w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)  # packed counts: gt | ties << 16
-        c = tl.cumsum(w, axis=0)
-        cx = c - w
-        inner = cx - tl.gather(cx, tl.where(m, i - (packed >> RANK_SHIFT), 0), 0)
-        # spans past the length hold stale counts (never stored this call): only spans inside
-        # the n live slots count (a stale one could only be followed by more past the length)
-        cnt = cc & 0xFFFF
-        first = cc >> 16
-        live = (cnt > 0) & (first >= 0) & (first + cnt <= n)
-        first = tl.where(live, first, 0)
-        last = first + tl.where(live, cnt, 1) - 1
-        tot = tl.where(live, tl.gather(c, last, 0) - tl.gather(cx, first, 0), 0)
-        before = tl.gather(tl.cumsum(tot, axis=0) - tot, tl.where(m, pk >> COL_BITS, 0), 0) + inner
-        b_gt = before & 0xFFFF
-        b_tie = before >> 16
-        keep = gt | (tie & (b_tie < need))
-        tl.store(o_ptr + b_gt + tl.minimum(b_tie, need), idx, mask=keep)
-        tl.store(o_ptr + i, -1, mask=(i >= tl.minimum(n, K)) & (i < K))
-    else:  # the scratch path, reading the counts from the packed cc
-        pre = tl.cumsum(cc & 0xFFFF, axis=0) - (cc & 0xFFFF)
-        order = tl.gather(pre, tl.where(m, pk >> COL_BITS, 0), 0) + (packed >> RANK_SHIFT)
-        flag = tl.where(gt, 2, tl.where(key1 == tau, 1, 0))
-"""),
-]
-
-
 def runner(name):
     """A launch function for variant ``name``."""
     if name == "chunks":
@@ -145,9 +74,6 @@ def runner(name):
         return load_file(name[5:], "dsv4_decode.ops.topk", "topk_old_").launch
     if name.startswith("rowfile:"):  # an earlier _row.py
         return load_file(name[8:], "dsv4_decode.ops.topk", "topk_row_old_").launch
-    if name == "chunks-onchip":
-        return load_source(patch(open(_triton.__file__).read(), ONCHIP), "topk_onchip",
-                           "dsv4_decode.ops.topk").launch
     if name == "chunks-keylate":
         return load_source(patch(open(_triton.__file__).read(), KEYS_LATE), "topk_keys_late",
                            "dsv4_decode.ops.topk").launch
