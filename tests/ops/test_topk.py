@@ -652,10 +652,11 @@ out = {}
 for k in (512, 2048):  # plain mode's kernels (block mode: the radix select below)
     c = TopkConfig.pick(k)
     common = dict(CHUNK=c.chunk, NSEG=NSEG)
-    for log_r, fuse in ((0, k <= 512), (3, False)):  # fused only for k <= 512
+    # fused only for k <= 512; folded grids with and without the pipelined fold
+    for log_r, fuse, st in ((0, k <= 512, 1), (3, False, 1), (3, False, K.FOLD_STAGES)):
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r)
-        out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}"] = build(
-            K._group_max_kernel, dict(UNROLL=min(1 << log_r, 2), SEGS=log_r > 0, FUSE=fuse,
+        out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}"] = build(
+            K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse,
                                       **spans, **common),
             4)
     spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)

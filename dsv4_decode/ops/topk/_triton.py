@@ -276,16 +276,23 @@ def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr
 
 
 @triton.jit
-def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, UNROLL: tl.constexpr,
+def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
                CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr,
                SEGS: tl.constexpr):
     """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG]), storing each
-    chunk's segment maxima on the way; UNROLL chunks per load."""
+    chunk's segment maxima on the way.
+
+    STAGES > 1: a chunk an iteration, software-pipelined (Triton turns the loads into
+    ``cp.async`` copies to shared memory, STAGES - 1 chunks in flight at no register cost): the
+    loads run through the span instead of a round trip at a time, which pays where the grid is
+    busy (many long rows). STAGES == 1: two chunks a load, no pipeline: shorter chains for the
+    few busy programs of short rows (``FOLD_STAGES`` says where each wins)."""
     acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
-    for r0 in range(0, R, UNROLL):
-        v = _chunk_values(x_row, p * R + r0, len_e, UNROLL, CHUNK, NSEG, MASKED)
+    U: tl.constexpr = 1 if STAGES > 1 else (2 if R >= 2 else 1)
+    for r in tl.range(0, R, U, num_stages=STAGES):
+        v = _chunk_values(x_row, p * R + r, len_e, U, CHUNK, NSEG, MASKED)
         if SEGS:
-            _store_segments(v, s_row, p * R + r0, len_e, CHUNK, NSEG)
+            _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG)
         acc = _max_nan(acc, _vmax(v, 0))
     return acc
 
@@ -308,7 +315,7 @@ def _store_groups(v, g_ptr, unit, start, len_e, lvl, CHUNK: tl.constexpr, LMAX: 
 def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, tick_ptr,
                       stride_x, stride_g, stride_s, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
-                      R: tl.constexpr, LOG_R: tl.constexpr, UNROLL: tl.constexpr,
+                      R: tl.constexpr, LOG_R: tl.constexpr, STAGES: tl.constexpr,
                       NSEG: tl.constexpr, SEGS: tl.constexpr, FUSE: tl.constexpr,
                       PDL: tl.constexpr):
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
@@ -328,9 +335,9 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     if s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
-                acc = _fold_span(x_row, p, len_e, s_row, R, UNROLL, CHUNK, NSEG, False, SEGS)
+                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, False, SEGS)
             else:
-                acc = _fold_span(x_row, p, len_e, s_row, R, UNROLL, CHUNK, NSEG, True, SEGS)
+                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, True, SEGS)
             _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * (R * CHUNK), len_e,
                           s - LOG_R, CHUNK, LMAX)
     else:
@@ -717,9 +724,12 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
 LIST_REGION = 2048
-# Chunks a folding group-maxima program loads at once (``_fold_span``). 4 measured 1.3-2.3x
-# slower a call (session 19 run 6, ``scripts/topk_span_sweep.py --unroll 2,4``; no spills).
-FOLD_UNROLL = 2
+# Pipeline stages of a folding group-maxima program (``_fold_span``), used on 1M-column grids
+# folded by R >= 4 (24-64 rows). Session 21 (runs 2-5, same process): 64 x 1M all valid 84.3 ->
+# 78.5 µs, 48 x 1M 66.9 -> 63.2, 24 x 1M 41.5 -> 40.4; +2.3 at 64 x 1M 1/8, and +1.2 to +1.8 at
+# 1/8 valid on 256K-512K rows, which keep the plain loop (both loops in one kernel, picked by
+# the row's length: 128 registers, the gain lost).
+FOLD_STAGES = 4
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
 
@@ -753,7 +763,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
-        ws.gmax.stride(0), ws.smax.stride(0), cols, k, UNROLL=min(1 << log_r, FOLD_UNROLL),
+        ws.gmax.stride(0), ws.smax.stride(0), cols, k,
+        STAGES=FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1,
         NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=WARPS["group_max"], **spans, **common, **dep)
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
