@@ -37,5 +37,8 @@ for c in ${PROBES:-sparse32x6 sparse1x6 moe48 moe6 moe1}; do
     moe1) probe moe1 "_moe_(up|down)_kernel|_router" 9 3 moe 1 ;;
     topkrow) probe topkrow _row_kernel 3 1 topk 1x65536xall:row ;;
     topkrow8) probe topkrow8 _row_kernel 3 1 topk 1x65536x1/8:row ;;
+    topkcollect) probe topkcollect _collect_kernel 3 1 topk 64x262144xall:chunks ;;
+    topkgmax) probe topkgmax _group_max_kernel 3 1 topk 64x1048576xall:chunks ;;
+    topkgmax8) probe topkgmax8 _group_max_kernel 3 1 topk 64x1048576x1/8:chunks ;;
   esac
 done
