@@ -20,9 +20,10 @@ before the call):
    folded ones: re-reads the row (small grids, and on folded grids a row of at most
    ``LIST_PROGRAMS`` chunks: whole chunks, a program each; a longer row is *listed*
    (``_listed``): only the 128-element segments whose maximum, stored by pass 1, reaches T0,
-   from the threshold's lists) and appends every element >= T0 to the row's candidate buffer
-   (key1, and its index with its rank inside its span), one atomic a span; stores each span's
-   candidate count.
+   from the threshold's lists) and appends every element >= T0 (a bf16 compare against T0's
+   value, ``_at_least_t0``) to the row's candidate buffer (its bf16 bits, and its index with
+   its rank inside its span), one atomic a span; stores each span's candidate count and
+   buffer base.
 4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key (a
    histogram of key1 - T0, ``_kth_above``) and writes the selected indices in ascending order
    (deterministic whatever order the atomics gave). Above ``cap`` candidates (heavy ties,
@@ -53,8 +54,7 @@ COL_MASK = tl.constexpr(ref.COL_MASK)
 NEG_INF_KEY1 = tl.constexpr(ref.NEG_INF_KEY1)
 PIN_KEY1 = tl.constexpr(ref.PIN_KEY1)
 TIE_SHIFT = tl.constexpr(ref.COL_BITS + 1)  # scratch entries: flag << 21 | index
-RANK_SHIFT = tl.constexpr(17)  # buffer keys: rank inside the span << 17 | key1 (key1 < 2**17)
-RANK_MASK = tl.constexpr((1 << 17) - 1)
+RANK_SHIFT = tl.constexpr(17)  # buffer entries: rank inside the span << 17 | bf16 bits
 
 
 @triton.jit
@@ -280,13 +280,9 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
                CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr,
                SEGS: tl.constexpr):
     """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG]), storing each
-    chunk's segment maxima on the way.
-
-    STAGES > 1: a chunk an iteration, software-pipelined (Triton turns the loads into
-    ``cp.async`` copies to shared memory, STAGES - 1 chunks in flight at no register cost): the
-    loads run through the span instead of a round trip at a time, which pays where the grid is
-    busy (many long rows). STAGES == 1: two chunks a load, no pipeline: shorter chains for the
-    few busy programs of short rows (``FOLD_STAGES`` says where each wins)."""
+    chunk's segment maxima on the way. STAGES > 1: a chunk an iteration, software-pipelined
+    (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no register cost), for busy
+    grids; STAGES == 1: two chunks a load, no pipeline (``FOLD_STAGES`` says where each wins)."""
     acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
     U: tl.constexpr = 1 if STAGES > 1 else (2 if R >= 2 else 1)
     for r in tl.range(0, R, U, num_stages=STAGES):
@@ -457,7 +453,6 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
         u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
     else:
         u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
-    key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
     if PDL:
         gdc_wait()
         t0 = tl.load(thr_ptr + row)
@@ -469,9 +464,9 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
                             list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, kb_ptr,
                             pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS)
         elif p * CHUNK < len_e:
-            _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+            _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
     elif p * CHUNK < len_e:
-        _collect_span(key1, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+        _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
 
 
 @triton.jit
@@ -494,26 +489,48 @@ def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, kb_ptr, 
         c = tl.sum((pre[None, :] <= g[:, None]).to(tl.int32), axis=1) - 1
         base = tl.sum(tl.where(r[None, :] == c[:, None], pre[None, :], 0), axis=1)
         seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
-        key1, e = _span_keys(x_row, seg, ok, len_e, SEG)
-        _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP)
+        u, e = _span_values(x_row, seg, ok, len_e, SEG)
+        _collect_span(u, e < len_e, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP)
         q += P
 
 
 @triton.jit
-def _span_keys(x_row, seg, ok, len_e, SEG: tl.constexpr):
-    """key1 of the segments ``seg`` of SEG elements ([NS, SEG]; ``ok``: live slots, the rest
-    read nothing) and their element indices."""
+def _span_values(x_row, seg, ok, len_e, SEG: tl.constexpr):
+    """bf16 bits of the segments ``seg`` of SEG elements ([NS, SEG]; ``ok``: live slots, the
+    rest read nothing and get index ``len_e``) and their element indices."""
     e = seg[:, None] * SEG + tl.arange(0, SEG)[None, :]
     e = tl.where(ok[:, None], e, len_e)
-    return _element_keys(x_row, e, len_e, len_e, 1), e
+    return tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0), e
 
 
 @triton.jit
-def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.constexpr):
-    """Span q = the [NS, SEG] elements ``e`` with keys ``key1``: append those >= t0, each with
-    its rank inside the span; store ``count | base << 16`` at ``cc_row + q`` (base: the span's
-    first buffer slot, its candidates follow in rank order; counts < 2**16)."""
-    cand = key1 >= t0
+def _at_least_t0(u, valid, t0):
+    """Elements (int16 bf16 bits ``u``, ``valid``) whose key1 is >= ``t0``: a compare against
+    key1 t0's value instead of the key transform (keys order as values; -0 equals +0 as their
+    key does; unordered puts NaN on top). Above +inf's key1 only NaN passes; at or below the
+    last negative NaN pattern's, the value is a NaN and all pass, as every key1 is above it.
+    Session 21 (run 8): -0.6 to -1.6 µs at 12-64 x 256K-1M all valid, +0.17 at 6 x 64K all."""
+    k = t0 - 1  # t0 >= 1
+    bits = tl.where(k >= 0x8000, k - 0x8000, 0xFFFF - k)
+    # compared in fp32 (exact for bf16; the compiler compares the bf16 pair itself): the
+    # interpreter orders bf16 as raw bits
+    t_val = (bits << 16).to(tl.float32, bitcast=True)
+    x = u.to(tl.bfloat16, bitcast=True).to(tl.float32)
+    if k > 0xFF80:
+        c = x != x
+    else:
+        c = ~(x < t_val)
+    return c & valid
+
+
+@triton.jit
+def _collect_span(u, valid, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.constexpr):
+    """Span q = the [NS, SEG] elements ``e`` with bf16 bits ``u`` (``valid``: inside the
+    length): append those whose key1 is >= t0 (``_at_least_t0``), each with its rank inside
+    the span and its bf16 bits (the select takes the key of its few candidates); store
+    ``count | base << 16`` at ``cc_row + q`` (base: the span's first buffer slot, its
+    candidates follow in rank order; counts < 2**16)."""
+    cand = _at_least_t0(u, valid, t0)
     n_a = tl.sum(cand.to(tl.int32), axis=1)
     n_q = tl.sum(n_a, axis=0)
     cc = n_q
@@ -524,7 +541,7 @@ def _collect_span(key1, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.const
         rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
         pos = base + rank
         keep = cand & (pos < CAP)
-        tl.store(kb_ptr + pos, (rank << RANK_SHIFT) | key1, mask=keep)
+        tl.store(kb_ptr + pos, (rank << RANK_SHIFT) | (u.to(tl.int32) & 0xFFFF), mask=keep)
         tl.store(pb_ptr + pos, (q << COL_BITS) | e, mask=keep)
     tl.store(cc_row + q, cc)
 
@@ -545,7 +562,7 @@ def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
     """
     i = tl.arange(0, SIZE)
     m = i < n
-    key1 = packed & RANK_MASK
+    key1 = _key1(packed & 0xFFFF)
     idx = pk & COL_MASK
     # tau 0 when n < K: every candidate is kept; need: the ties at tau to keep, lowest first
     tau, need = _kth_above(key1, m, n, t0, K, SIZE <= 4096)
@@ -567,13 +584,11 @@ def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
 
 @triton.jit
 def _place_onchip(gt, tie, need, idx, rank, span, cc, n, o_ptr, K):
-    """``_write_kept`` for candidates in buffer order, without permuting them: a span's
-    candidates sit contiguous in the buffer in rank order (its base in ``cc``), so the kept
-    candidates before one in index order are those before it in its span plus those of the
-    spans before. Both come from one prefix sum over the buffer (gt and ties packed as
-    ``gt | ties << 16``): gathered at the candidate's span start, and at each span's first and
-    last slot for the span totals, whose own prefix sum gives the spans before. Session 21:
-    -0.09 to -0.57 µs a call at k = 512 against the scratch permutation (16 of 18 cells)."""
+    """``_write_kept`` for candidates in buffer order, unpermuted: a span's candidates sit
+    contiguous in rank order (its base in ``cc``), so the kept before one in index order are
+    those before it in its span plus those of the spans before, both from one prefix sum over
+    the buffer (``gt | ties << 16``), gathered at span starts and ends. Session 21: -0.09 to
+    -0.57 µs a call at k = 512 against the scratch permutation (16 of 18 cells)."""
     i = tl.arange(0, gt.shape[0])
     m = i < n
     w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)
@@ -724,11 +739,9 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
 LIST_REGION = 2048
-# Pipeline stages of a folding group-maxima program (``_fold_span``), used on 1M-column grids
-# folded by R >= 4 (24-64 rows). Session 21 (runs 2-5, same process): 64 x 1M all valid 84.3 ->
-# 78.5 µs, 48 x 1M 66.9 -> 63.2, 24 x 1M 41.5 -> 40.4; +2.3 at 64 x 1M 1/8, and +1.2 to +1.8 at
-# 1/8 valid on 256K-512K rows, which keep the plain loop (both loops in one kernel, picked by
-# the row's length: 128 registers, the gain lost).
+# Pipeline stages of a folding group-maxima program (``_fold_span``) on 1M-column grids folded
+# by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M 66.9 -> 63.2; +2.3 at
+# 64 x 1M 1/8, +1.2 to +1.8 at 1/8 on 256K-512K rows (plain loop there).
 FOLD_STAGES = 4
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
