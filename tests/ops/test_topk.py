@@ -20,6 +20,7 @@ from dsv4_decode.ops.topk import (
 )
 from dsv4_decode.ops.topk._triton import _part_bound
 from dsv4_decode.ops.topk.config import TopkConfig
+from dsv4_decode.ops.topk.ref import rank_keys
 
 BF16 = torch.bfloat16
 
@@ -265,6 +266,40 @@ def test_part_bound_matches_definition(device):
             assert int(out[0]) == want, (size, k)
             assert want == 0 or int((v >= want).sum()) >= k
         assert _part_bound_ref(short, k) == 0 and (k > 8 or _part_bound_ref(wide, k) > 0)
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monkeypatch):
+    """The collect appends exactly the valid elements whose key1 reaches the row's T0 (a bf16
+    compare against T0's value, ``_triton._at_least_t0``): the row's candidate count equals
+    that number. A superset would still give the right answer, through the select or the exact
+    fallback, so the answer alone cannot show it. Rows: random; special values; NaN in more
+    than k places (T0 at NaN's key: only NaN passes, not +inf); -inf only; lengths 0, 1, k and
+    full; the small grid and a folded one with listed rows."""
+    from dsv4_decode.ops.topk import _triton
+
+    force_path(monkeypatch, "chunks")
+    if folded:  # as test_folded_spans: 2 collect programs a row, regions of 32 segments
+        monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
+        monkeypatch.setattr(_triton, "LIST_REGION", 32)
+        monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
+    gen = torch.Generator().manual_seed(21)
+    k, cols = 16, 9000
+    x = torch.cat([make_logits("random", 2, cols, gen), make_logits("special", 2, cols, gen),
+                   make_logits("neg_inf", 1, cols, gen), make_logits("random", 2, cols, gen)])
+    x[5, ::3] = float("nan")  # NaN in every group maximum (T0 at NaN's key), +inf beside
+    x[5, 7::500] = float("inf")
+    # the -inf row (all of it ties at T0) no longer than the candidate tile: no overflow
+    lens = torch.tensor([cols, 1, 4000, k, 300, cols, 0], dtype=torch.int32)
+    ws = make_topk_workspace(x.shape[0], k, device)
+    got = decode_topk(make_padded(x.to(device)), lens.to(device), k, workspace=ws)
+    assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
+    key1 = rank_keys(x) + 1
+    valid = torch.arange(cols)[None, :] < lens[:, None]
+    t0 = ws.thr[: x.shape[0]].cpu()
+    want = ((key1 >= t0[:, None]) & valid).sum(1).to(torch.int32)
+    assert int(t0[5]) == 0xFFFF + 1, "row 5's threshold should sit at NaN's key"
+    assert torch.equal(ws.cnt[: x.shape[0]].cpu(), want), (ws.cnt[: x.shape[0]].cpu(), want)
 
 
 @pytest.mark.parametrize("log_r", [1, 2])
