@@ -17,7 +17,8 @@ last end -> this one's first CTA past its wait: the dependent-launch hand-off).
 cycles of row 0's CTA from its wait, the end over the rows and the rows' candidate counts:
 ``_row`` (fold of tile 0, the other tiles, the group maxima, T0, the collect (list, re-read),
 the select (tau, need, ``_write_kept``)) and the four launches' select kernel (loads, tau,
-need / span prefix / gather, the scatter to index order, the reload and ``_write_kept``).
+need, then on tiles of at most 2,048 slots the on-chip placing, on larger ones the span prefix
+/ gather, the scatter to index order, the reload and ``_write_kept``).
 """
 
 import argparse
@@ -105,13 +106,18 @@ SELECT_PHASES = [
     ("        _select_tile(tl.load(kbuf_ptr", "        _select_tile(ph, tl.load(kbuf_ptr"),
     ("def _select_tile(packed,", "def _select_tile(ph, packed,"),
     ("    gt = m & (key1 > tau)\n", "    _clk(ph, 3)\n    gt = m & (key1 > tau)\n"),
-    ("    flag = tl.where(gt, 2,", "    _clk(ph, 4)\n    flag = tl.where(gt, 2,"),
-    ("    tl.debug_barrier()  # global scratch written", "    _clk(ph, 5)\n"
-     "    tl.debug_barrier()  # global scratch written"),
-    ("need, v & COL_MASK, n, o_ptr, K)\n", "need, v & COL_MASK, n, o_ptr, K)\n    _clk(ph, 7)\n"),
+    # tiles of <= 2,048 slots: placed on chip (one stamp at the end)
+    ("                      cc, n, o_ptr, K)\n",
+     "                      cc, n, o_ptr, K)\n        _clk(ph, 7)\n"),
+    # larger tiles: the scratch permutation
+    ("        flag = tl.where(gt, 2,", "        _clk(ph, 4)\n        flag = tl.where(gt, 2,"),
+    ("        tl.debug_barrier()  # global scratch written", "        _clk(ph, 5)\n"
+     "        tl.debug_barrier()  # global scratch written"),
+    ("need, v & COL_MASK, n, o_ptr,\n                    K)\n",
+     "need, v & COL_MASK, n, o_ptr,\n                    K)\n        _clk(ph, 7)\n"),
 ]
 SELECT_NAMES = {1: "loads issued", 3: "tau, need (+ loads)", 4: "prefix, gather", 5: "scatter",
-                7: "reload, write"}
+                7: "placed on chip (<= 2,048 slots) / reload, write"}
 PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
                12: "list", 5: "collect", 6: "barrier", 8: "load cands", 9: "tau, need", 10: "gt",
                11: "write", 7: "end"}
