@@ -7,8 +7,7 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
 A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``; ``rowstagger``
 runs a patched copy of ``_row`` whose row r folds its tiles from tile r mod n_t (session 18's
 prepared change for the fold's growth from 20 rows, docs/kernels/topk.md; measured slower in
-session 19); ``chunks-keylate`` a patched copy of ``_triton`` whose folded-grid collect computes
-a chunk's keys only for rows collected by chunk (session 19); ``file:PATH`` the
+session 19); ``file:PATH`` the
 four launches of another ``_triton.py`` (an earlier commit's: ``git show
 REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
 another ``_row.py``. Each cell
@@ -47,25 +46,6 @@ STAGGER = [  # (anchor, replacement) on _row.py: row r folds tiles r mod n_t, r 
 ]
 
 
-KEYS_LATE = [  # (anchor, replacement) on _triton.py: folded grids compute a chunk's keys in
-    # the chunk branch, after the wait, so listed rows carry no [CHUNK / 8, 8] keys through it
-    ("""        u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
-    else:
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
-    key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
-""",
-     """        u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
-    else:
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
-        key1 = tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0)
-"""),
-    ("""        elif p * CHUNK < len_e:
-            _collect_span(key1, e, p, t0,""",
-     """        elif p * CHUNK < len_e:
-            _collect_span(tl.where(e < len_e, _key1(u.to(tl.int32) & 0xFFFF), 0), e, p, t0,"""),
-]
-
-
 def runner(name):
     """A launch function for variant ``name``."""
     if name == "chunks":
@@ -74,9 +54,6 @@ def runner(name):
         return load_file(name[5:], "dsv4_decode.ops.topk", "topk_old_").launch
     if name.startswith("rowfile:"):  # an earlier _row.py
         return load_file(name[8:], "dsv4_decode.ops.topk", "topk_row_old_").launch
-    if name == "chunks-keylate":
-        return load_source(patch(open(_triton.__file__).read(), KEYS_LATE), "topk_keys_late",
-                           "dsv4_decode.ops.topk").launch
     if name == "rowstagger":
         return load_source(patch(open(_row.__file__).read(), STAGGER), "topk_row_stagger",
                            "dsv4_decode.ops.topk").launch
