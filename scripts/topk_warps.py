@@ -1,7 +1,15 @@
 """Probe: plain mode's four kernels at other warp counts (``_triton.WARPS``), each variant
 timed twice, alternated, in one process (the bench's method: CUDA graph of 20 calls, median of
 20 replays, µs, k = 512); every answer checked against the default's.
-``PYTHONPATH=. python3 scripts/topk_warps.py``"""
+
+    PYTHONPATH=. python3 scripts/topk_warps.py [ROWSxCOLSxVALID ...] [--variants default,collect8]
+
+Cells default to ``CELLS``, variants to all of ``VARIANTS`` (the default always runs first: the
+answers are checked against it). Session 21 leaves ``collect8`` on the listed cells (48 / 64 x
+256K all: the collect at 96 registers holds 5 CTAs a SM) to time.
+"""
+
+import sys
 
 import torch
 
@@ -42,7 +50,18 @@ def run(rows, cols, valid) -> str:
     return f"{rows}x{cols}x{valid}: {cells}" + (f" DIFFERENT {diff}" if diff else "")
 
 
-if __name__ == "__main__":
+def main(argv) -> None:
+    global VARIANTS
+    if "--variants" in argv:
+        i = argv.index("--variants")
+        names = ["default"] + [n for n in argv[i + 1].split(",") if n != "default"]
+        VARIANTS = {n: VARIANTS[n] for n in names}
+        argv = argv[:i] + argv[i + 2:]
+    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or CELLS
     print(torch.cuda.get_device_name(), flush=True)
-    for cell in CELLS:
+    for cell in cells:
         print(run(*cell), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
