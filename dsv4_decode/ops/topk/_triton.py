@@ -512,8 +512,8 @@ def _at_least_t0(u, valid, t0):
     Session 21 (run 8): -0.6 to -1.6 µs at 12-64 x 256K-1M all valid, +0.17 at 6 x 64K all."""
     k = t0 - 1  # t0 >= 1
     bits = tl.where(k >= 0x8000, k - 0x8000, 0xFFFF - k)
-    # compared in fp32 (exact for bf16; the compiler compares the bf16 pair itself): the
-    # interpreter orders bf16 as raw bits
+    # compared in fp32 (exact for bf16; sm_90a: a convert and setp.leu.f32, no .ftz): the
+    # interpreter orders bf16 compares by raw bits
     t_val = (bits << 16).to(tl.float32, bitcast=True)
     x = u.to(tl.bfloat16, bitcast=True).to(tl.float32)
     if k > 0xFF80:
@@ -594,7 +594,7 @@ def _place_onchip(gt, tie, need, idx, rank, span, cc, n, o_ptr, K):
     w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)
     c = tl.cumsum(w, axis=0)
     cx = c - w
-    inner = cx - tl.gather(cx, tl.where(m, i - rank, 0), 0)  # kept before it in its span
+    inner = cx - tl.gather(cx, tl.where(m, i - rank, 0), 0)  # ahead of it in its span
     # spans past the length hold stale words (not stored this call; garbage before the first
     # call): only spans inside the n live slots count, which also keeps every gather index in
     # the tile (a stale span could only be followed by more past the length)
@@ -605,11 +605,7 @@ def _place_onchip(gt, tie, need, idx, rank, span, cc, n, o_ptr, K):
     last = first + tl.where(live, cnt, 1) - 1
     tot = tl.where(live, tl.gather(c, last, 0) - tl.gather(cx, first, 0), 0)
     before = tl.gather(tl.cumsum(tot, axis=0) - tot, tl.where(m, span, 0), 0) + inner
-    b_gt = before & 0xFFFF
-    b_tie = before >> 16
-    keep = gt | (tie & (b_tie < need))
-    tl.store(o_ptr + b_gt + tl.minimum(b_tie, need), idx, mask=keep)
-    tl.store(o_ptr + i, -1, mask=(i >= tl.minimum(n, K)) & (i < K))
+    _store_kept(gt, tie, need, before, idx, n, o_ptr, K)
 
 
 @triton.jit
@@ -644,14 +640,22 @@ def _kth_above(v, m, n, t0, K, HIST: tl.constexpr):
 
 @triton.jit
 def _write_kept(gt, tie, need, col, n, o_ptr, K):
-    """The selection's output: the columns ``col`` of every ``gt`` entry and of the first
-    ``need`` ``tie`` entries (entries in column order, n live; tau the K-th largest, or 0 with
-    fewer than K), ascending, then -1 up to K. Kept: K, or n when n < K. One prefix sum of
-    both counts packed in an int32 (entries < 2**16) places everything."""
-    c = tl.cumsum(gt.to(tl.int32) + (tie.to(tl.int32) << 16), axis=0)
-    c_tie = c >> 16
-    keep = gt | (tie & (c_tie <= need))
-    tl.store(o_ptr + (c & 0xFFFF) + tl.minimum(c_tie, need) - 1, col, mask=keep)
+    """The selection's output from entries in column order (n live; tau the K-th largest, or
+    0 with fewer than K): ``_store_kept``, ``before`` from one prefix sum of the packed counts
+    (entries < 2**16)."""
+    w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)
+    _store_kept(gt, tie, need, tl.cumsum(w, axis=0) - w, col, n, o_ptr, K)
+
+
+@triton.jit
+def _store_kept(gt, tie, need, before, col, n, o_ptr, K):
+    """Store ``col`` of every ``gt`` entry and of the ties (``tie``) with fewer than ``need``
+    ties ahead, each at its place in column order, then -1 from the kept count (K, or n when
+    n < K) up to K. ``before``: the gt and tie entries ahead of each in column order, packed
+    ``gt | ties << 16`` (``_write_kept``: a prefix sum; ``_place_onchip``: gathered)."""
+    b_tie = before >> 16
+    keep = gt | (tie & (b_tie < need))
+    tl.store(o_ptr + (before & 0xFFFF) + tl.minimum(b_tie, need), col, mask=keep)
     i = tl.arange(0, gt.shape[0])
     tl.store(o_ptr + i, -1, mask=(i >= tl.minimum(n, K)) & (i < K))
 
