@@ -101,9 +101,9 @@ SELECT_PHASES = [
     ("    b_off = row.to(tl.int64) * stride_b\n    o_ptr = out_ptr",
      "    b_off = row.to(tl.int64) * stride_b\n    ph = dbg_ptr + 64 + row * 32\n    _clk(ph, 0)\n"
      "    o_ptr = out_ptr"),
-    ("    if n <= SMALL:\n        _select_tile(packed, pk, n,",
-     "    _clk(ph, 1)\n    if n <= SMALL:\n        _select_tile(ph, packed, pk, n,"),
-    ("        _select_tile(tl.load(kbuf_ptr", "        _select_tile(ph, tl.load(kbuf_ptr"),
+    ("    if n <= SMALL:\n        _select_tile(v.to(", "    _clk(ph, 1)\n    if n <= SMALL:\n"
+     "        _select_tile(ph, v.to("),
+    ("        _select_tile(w.to(", "        _select_tile(ph, w.to("),
     ("def _select_tile(packed,", "def _select_tile(ph, packed,"),
     ("    gt = m & (key1 > tau)\n", "    _clk(ph, 3)\n    gt = m & (key1 > tau)\n"),
     # tiles of <= 2,048 slots: placed on chip (one stamp at the end)

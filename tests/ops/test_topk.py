@@ -274,8 +274,9 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     compare against T0's value, ``_triton._at_least_t0``): the row's candidate count equals
     that number. A superset would still give the right answer, through the select or the exact
     fallback, so the answer alone cannot show it. Rows: random; special values; NaN in more
-    than k places (T0 at NaN's key: only NaN passes, not +inf); -inf only; lengths 0, 1, k and
-    full; the small grid and a folded one with listed rows."""
+    than k places (T0 at NaN's key: only NaN passes, not +inf); -inf only; T0 at +0 with -0
+    beside it (both pass, the largest negative does not); lengths 0, 1, k and full; the small
+    grid and a folded one with listed rows."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
@@ -286,11 +287,15 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     gen = torch.Generator().manual_seed(21)
     k, cols = 16, 9000
     x = torch.cat([make_logits("random", 2, cols, gen), make_logits("special", 2, cols, gen),
-                   make_logits("neg_inf", 1, cols, gen), make_logits("random", 2, cols, gen)])
+                   make_logits("neg_inf", 1, cols, gen), make_logits("random", 3, cols, gen)])
     x[5, ::3] = float("nan")  # NaN in every group maximum (T0 at NaN's key), +inf beside
     x[5, 7::500] = float("inf")
+    x[6] = -x[6].abs() - 1e-38  # negative (some subnormal), +0 and -0 in every group maximum
+    x[6, ::50] = 0.0
+    x[6, 25::50] = -0.0
+    x[6, 10::97] = -1e-40
     # the -inf row (all of it ties at T0) no longer than the candidate tile: no overflow
-    lens = torch.tensor([cols, 1, 4000, k, 300, cols, 0], dtype=torch.int32)
+    lens = torch.tensor([cols, 1, 4000, k, 300, cols, cols, 0], dtype=torch.int32)
     ws = make_topk_workspace(x.shape[0], k, device)
     got = decode_topk(make_padded(x.to(device)), lens.to(device), k, workspace=ws)
     assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
@@ -299,6 +304,7 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     t0 = ws.thr[: x.shape[0]].cpu()
     want = ((key1 >= t0[:, None]) & valid).sum(1).to(torch.int32)
     assert int(t0[5]) == 0xFFFF + 1, "row 5's threshold should sit at NaN's key"
+    assert int(t0[6]) == 0x8000 + 1, "row 6's threshold should sit at +0's key"
     assert torch.equal(ws.cnt[: x.shape[0]].cpu(), want), (ws.cnt[: x.shape[0]].cpu(), want)
 
 
@@ -675,12 +681,13 @@ from dsv4_decode.ops.topk import _triton as K
 from dsv4_decode.ops.topk.config import NSEG, TopkConfig
 
 
-def build(fn, const, num_warps, pdl=True):  # on sm_90+ every launch is a dependent one
+def build(fn, const, num_warps, pdl=True, maxnreg=0):  # on sm_90+ every launch is dependent
     # twice: as an odd shape compiles, and as the bench's shapes specialize it (row strides and
     # widths divisible by 16: 16-byte loads, other layouts, other registers)
     div = tuple(n for n in fn.arg_names if n.startswith("stride") or n == "cols")
-    return sum(spill_stores(fn, dict(const, PDL=pdl), num_warps, {"x_ptr": "*i16"},
-                            default_ptr="*i32", divisible=d) for d in ((), div))
+    return sum(spill_stores(fn, dict(const, PDL=pdl), num_warps,
+                            {"x_ptr": "*i16", "cbuf_ptr": "*i64"}, default_ptr="*i32",
+                            maxnreg=maxnreg, divisible=d) for d in ((), div))
 
 
 out = {}
@@ -699,7 +706,8 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
         RS=K.LIST_REGION, LIST=1, P=64, **spans, **common), 8)
     for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
         out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, **common), 4, pdl)
+            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, **common), 4, pdl,
+            K.COLLECT_MAXNREG)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
         NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8,
         CHUNK=c.chunk, P=64), 8)

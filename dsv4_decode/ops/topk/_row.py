@@ -30,6 +30,7 @@ No atomics and no counters to re-arm: graph-safe and bitwise deterministic. The 
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -217,8 +218,9 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     if cols > ROW_COLS:
         raise ValueError(f"_row.launch: {cols} columns, at most {ROW_COLS}")
     pdl = pdl and pdl_capable(x16.device)
+    kb = ws.cbuf.view(torch.int32)  # its int32 candidates in the first cfg.cap words of a row
     _row_kernel[(rows,)](
-        x16, lengths, ws.smax, ws.seglist, ws.cnt, ws.kbuf, out, x16.stride(0),
-        ws.smax.stride(0), ws.kbuf.stride(0), out.stride(0), cols, k, TILE=TILE, G=groups(k),
+        x16, lengths, ws.smax, ws.seglist, ws.cnt, kb, out, x16.stride(0),
+        ws.smax.stride(0), kb.stride(0), out.stride(0), cols, k, TILE=TILE, G=groups(k),
         SEGS=triton.next_power_of_2(triton.cdiv(cols, 8)), SMALL=cfg.small, CAP=cfg.cap,
         SCAN=2048, PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))

@@ -54,7 +54,7 @@ COL_MASK = tl.constexpr(ref.COL_MASK)
 NEG_INF_KEY1 = tl.constexpr(ref.NEG_INF_KEY1)
 PIN_KEY1 = tl.constexpr(ref.PIN_KEY1)
 TIE_SHIFT = tl.constexpr(ref.COL_BITS + 1)  # scratch entries: flag << 21 | index
-RANK_SHIFT = tl.constexpr(17)  # buffer entries: rank inside the span << 17 | bf16 bits
+RANK_SHIFT = tl.constexpr(17)  # buffer entries' low word: rank inside the span << 17 | bf16 bits
 
 
 @triton.jit
@@ -412,14 +412,14 @@ def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
 
 
 @triton.jit
-def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kbuf_ptr,
-                    pbuf_ptr, cc_ptr, stride_x, stride_s, stride_r, stride_b, stride_cc, cols,
-                    n_reg, CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
+def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cbuf_ptr, cc_ptr,
+                    stride_x, stride_s, stride_r, stride_b, stride_cc, cols, n_reg,
+                    CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
                     LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
                     PDL: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
-    # SEG elements: each candidate is written with its span (pbuf bits 20..) and its rank inside
-    # the span (kbuf bits 17..), and each span's count goes to cc, so the buffer order the
+    # SEG elements: each candidate is written with its span (cbuf bits 52..) and its rank inside
+    # the span (cbuf bits 17..), and each span's count goes to cc, so the buffer order the
     # atomics give never matters to the select. One load and ONE atomic a span.
     # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it;
     #   so on folded grids (LIST == 1) for a row of at most P chunks (``_listed``).
@@ -437,8 +437,7 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
     p = tl.program_id(1)
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
-    kb_ptr = kbuf_ptr + row.to(tl.int64) * stride_b
-    pb_ptr = pbuf_ptr + row.to(tl.int64) * stride_b
+    cb_ptr = cbuf_ptr + row.to(tl.int64) * stride_b
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
     # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count and
     # scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x
@@ -461,16 +460,16 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, kb
         r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
         if listed == 1:
             _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
-                            list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, kb_ptr,
-                            pb_ptr, cc_row, CHUNK, NSEG, CAP, P, RS, NR)
+                            list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, cb_ptr,
+                            cc_row, CHUNK, NSEG, CAP, P, RS, NR)
         elif p * CHUNK < len_e:
-            _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+            _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
     elif p * CHUNK < len_e:
-        _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, kb_ptr, pb_ptr, cc_row, CAP)
+        _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
 
 
 @triton.jit
-def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, kb_ptr, pb_ptr, cc_row,
+def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, cc_row,
                     CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
                     P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr):
     """Program p of a listed row: spans q = p, p + P, ... of NSEG places of the row's list of
@@ -504,33 +503,33 @@ def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, kb_ptr, 
         e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
         e = e0[:, None] + tl.arange(0, 8)[None, :]
         u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
-        _collect_span(u, ok[:, None] & (e < len_e), e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row,
+        _collect_span(u, ok[:, None] & (e < len_e), e, q, t0, cnt_ptr, cb_ptr, cc_row,
                       CAP)
         q += P
 
 
 @triton.jit
 def _at_least_t0(u, valid, t0):
-    """Elements (int16 bf16 bits ``u``, ``valid``) whose key1 is >= ``t0``: a compare against
-    key1 t0's value instead of the key transform (keys order as values; -0 equals +0 as their
-    key does; unordered puts NaN on top). Above +inf's key1 only NaN passes; at or below the
-    last negative NaN pattern's, the value is a NaN and all pass, as every key1 is above it.
-    Session 21 (run 8): -0.6 to -1.6 µs at 12-64 x 256K-1M all valid, +0.17 at 6 x 64K all."""
-    k = t0 - 1  # t0 >= 1
+    """Elements (int16 bf16 bits ``u``, ``valid``) whose key1 is >= ``t0``, by one unordered
+    compare against a value instead of the key transform: keys order as values, so key1 >= t0
+    is x > v, v the value of the largest key below T0's that a value takes (-0 has none: it is
+    +0's), and ``~(x <= v)`` puts NaN on top. Clamped: above +inf's key only NaN passes
+    (v = +inf); at or below -inf's, all pass (v is a NaN).
+    Session 21 (run 8, the compare x >= T0's value): -0.6 to -1.6 µs at 12-64 x 256K-1M all
+    valid, +0.17 at 6 x 64K all; session 22: one compare, not two and a select."""
+    k = tl.minimum(tl.maximum(t0 - 2, 0), 0xFF80)  # t0 - 1 is T0's key; 0xFF80 is +inf's
+    k = tl.where(k == 0x7FFF, 0x7FFE, k)  # -0's pattern: below +0 is the largest negative
     bits = tl.where(k >= 0x8000, k - 0x8000, 0xFFFF - k)
-    # compared in fp32 (exact for bf16; sm_90a: a convert and setp.leu.f32, no .ftz): the
-    # interpreter orders bf16 compares by raw bits
-    t_val = (bits << 16).to(tl.float32, bitcast=True)
-    x = u.to(tl.bfloat16, bitcast=True).to(tl.float32)
-    if k > 0xFF80:
-        c = x != x
-    else:
-        c = ~(x < t_val)
-    return c & valid
+    # compared in fp32, both sides made by bit shifts (sm_90a: a shift or a byte permute and
+    # one setp, no .ftz); the interpreter orders bf16 compares by raw bits and flushes the
+    # subnormals of a bf16 -> fp32 convert
+    v = (bits << 16).to(tl.float32, bitcast=True)
+    x = (u.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    return ~(x <= v) & valid
 
 
 @triton.jit
-def _collect_span(u, valid, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.constexpr):
+def _collect_span(u, valid, e, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr):
     """Span q = the [NS, SEG] elements ``e`` with bf16 bits ``u`` (``valid``: inside the
     length): append those whose key1 is >= t0 (``_at_least_t0``), each with its rank inside
     the span and its bf16 bits (the select takes the key of its few candidates); store
@@ -547,14 +546,18 @@ def _collect_span(u, valid, e, q, t0, cnt_ptr, kb_ptr, pb_ptr, cc_row, CAP: tl.c
         rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
         pos = base + rank
         keep = cand & (pos < CAP)
-        tl.store(kb_ptr + pos, (rank << RANK_SHIFT) | (u.to(tl.int32) & 0xFFFF), mask=keep)
-        tl.store(pb_ptr + pos, (q << COL_BITS) | e, mask=keep)
+        # one 8-byte store a candidate (against two 4-byte ones: -0.4 to -2.7 µs a call, s. 22)
+        lo = (rank << RANK_SHIFT) | (u.to(tl.int32) & 0xFFFF)
+        hi = (q << COL_BITS) | e
+        lo64 = lo.to(tl.uint32, bitcast=True).to(tl.int64)  # zero-extended: no sign word
+        tl.store(cb_ptr + pos, (hi.to(tl.int64) << 32) | lo64, mask=keep)
     tl.store(cc_row + q, cc)
 
 
 @triton.jit
 def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
-    """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries, the first
+    """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries' low and high
+    words, the first
     ``n`` live, every key1 >= ``t0``; ``cc``: ``count | base << 16`` per span), written in
     ascending index order.
 
@@ -705,7 +708,7 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
 
 
 @triton.jit
-def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_ptr, sc_ptr,
+def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_ptr,
                    rcnt_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols,
                    n_chunks, n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
                    NR: tl.constexpr, CHUNK: tl.constexpr, P: tl.constexpr,
@@ -728,16 +731,15 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, kbuf_ptr, pbuf_ptr, cc_
     j = tl.arange(0, NCH)
     cc = tl.load(cc_ptr + row.to(tl.int64) * stride_cc + j, mask=j < n_spans, other=0)
     i = tl.arange(0, SMALL)
-    packed = tl.load(kbuf_ptr + b_off + i)
-    pk = tl.load(pbuf_ptr + b_off + i)
+    v = tl.load(cbuf_ptr + b_off + i)
     if n <= SMALL:
-        _select_tile(packed, pk, n, cc, t0, sc_ptr + b_off, o_ptr, K, SMALL)
+        _select_tile(v.to(tl.int32), (v >> 32).to(tl.int32), n, cc, t0, sc_ptr + b_off, o_ptr, K,
+                     SMALL)
     elif n <= CAP:
         c = tl.arange(0, CAP)
-        m = c < n
-        _select_tile(tl.load(kbuf_ptr + b_off + c, mask=m, other=0),
-                     tl.load(pbuf_ptr + b_off + c, mask=m, other=0), n, cc, t0,
-                     sc_ptr + b_off, o_ptr, K, CAP)
+        w = tl.load(cbuf_ptr + b_off + c, mask=c < n, other=0)
+        _select_tile(w.to(tl.int32), (w >> 32).to(tl.int32), n, cc, t0, sc_ptr + b_off, o_ptr,
+                     K, CAP)
     else:
         x_row = x_ptr + row.to(tl.int64) * tl.multiple_of(stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
@@ -755,6 +757,11 @@ LIST_REGION = 2048
 FOLD_STAGES = 4
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
+# The collect's register cap: up to 84 a thread, 6 four-warp CTAs fit a SM (no spills; 80
+# spilled 4 bytes without the 16-byte specialization); left alone, ptxas takes 89-92 for the
+# shift-made compare of ``_at_least_t0`` (79 for a bf16 -> fp32 convert, which the interpreter
+# flushes to zero on subnormals).
+COLLECT_MAXNREG = 84
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = True) -> None:
@@ -799,18 +806,18 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
             P=LIST_PROGRAMS,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
-        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.kbuf, ws.pbuf, ws.cc,
-        stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.kbuf.stride(0),
+        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
+        stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"], **regions,
-        **common, **dep)
+        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"],
+        maxnreg=COLLECT_MAXNREG, **regions, **common, **dep)
     # the span counts the select scans: a chunk each on small grids; on folded ones up to
     # LIST_PROGRAMS chunks or cap / NSEG listed spans (more listed segments than cap is an
     # overflow, where the fallback runs); not cfg.max_chunks whatever the row (session 20)
     nch = triton.next_power_of_2(max(LIST_PROGRAMS, cfg.cap // NSEG) if lst else n_chunks)
     _select_kernel[(rows,)](
-        x16, lengths, ws.thr, ws.cnt, ws.kbuf, ws.pbuf, ws.cc, ws.scratch, ws.rcnt, out,
-        stride_x=x16.stride(0), stride_b=ws.kbuf.stride(0), stride_cc=ws.cc.stride(0),
+        x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
+        stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=nch,
         NSEG=NSEG, LIST=lst, P=LIST_PROGRAMS, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
         num_warps=WARPS["select"], **regions, **common, **dep)

@@ -31,10 +31,11 @@ class TopkWorkspace:
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass
       (``_row``: more than ``cfg.cap`` means its exact fallback ran);
-    - ``kbuf`` / ``pbuf`` int32 [rows, cfg.cap]: each candidate's rank key ``| rank inside its
-      span << 17``, and its index ``| span << 20`` (a span: a chunk, or a batch of up to 16
-      segments of one collect program); ``_row`` writes ``kbuf`` only, ``(key1 - 1) << 16 |
-      column``, in column order;
+    - ``cbuf`` int64 [rows, cfg.cap]: each candidate, its low word its bf16 bits ``| rank inside
+      its span << 17``, its high word its index ``| span << 20`` (a span: a chunk, or a batch
+      of up to 16 segments of one collect program; one 8-byte store a candidate); ``_row``
+      writes the first ``cfg.cap`` int32 words of the row instead (``cbuf`` viewed as int32),
+      ``(key1 - 1) << 16 | column``, in column order;
     - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
@@ -60,8 +61,7 @@ class TopkWorkspace:
     rcnt: torch.Tensor
     thr: torch.Tensor
     cnt: torch.Tensor
-    kbuf: torch.Tensor
-    pbuf: torch.Tensor
+    cbuf: torch.Tensor
     cc: torch.Tensor
     scratch: torch.Tensor
     hist1: torch.Tensor
@@ -91,7 +91,7 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
         gmax=buf(rows, plain * cfg.groups), smax=buf(rows, plain * cfg.max_chunks * NSEG),
         seglist=buf(rows, plain * cfg.max_chunks * NSEG), rcnt=buf(rows, plain * cfg.max_chunks),
         thr=buf(rows), cnt=buf(rows),
-        kbuf=buf(rows, plain * cfg.cap), pbuf=buf(rows, plain * cfg.cap),
+        cbuf=buf(rows, plain * cfg.cap, dtype=torch.int64),
         cc=buf(rows, plain * cfg.max_chunks), scratch=buf(rows, plain * cfg.cap),
         hist1=buf(rows, 512 if nch else 0, zero=True),
         hist2=buf(rows, 256 if nch else 0, zero=True), meta=buf(rows, 8 if nch else 0),
