@@ -315,15 +315,13 @@ def test_folded_spans(log_r, device, monkeypatch):
     LIST_REGION segments, spans strided over LIST_PROGRAMS programs a row), a shorter one a
     chunk a program; force all of it at a small shape (9,000 and 16,384 columns: odd and even
     chunk counts; regions of 32 segments, so a span crosses regions; 2 programs a row, so the
-    strided loop runs and rows of 1-2 chunks are collected by chunk; a listed row's spans go
-    to 1 program at R = 2, so its loop runs longer, to both at R = 4)."""
+    strided loop runs and rows of 1-2 chunks are collected by chunk)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
     monkeypatch.setattr(_triton, "LIST_REGION", 32)
     monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
-    monkeypatch.setattr(_triton, "listed_programs", lambda rows: log_r)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
         x = make_logits("random", 7, cols, gen)

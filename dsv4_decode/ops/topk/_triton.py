@@ -415,7 +415,7 @@ def _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR: tl.constexpr):
 
 @triton.jit
 def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cbuf_ptr, cc_ptr,
-                    stride_x, stride_s, stride_r, stride_b, stride_cc, cols, n_reg, pl,
+                    stride_x, stride_s, stride_r, stride_b, stride_cc, cols, n_reg,
                     CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
                     LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
                     PDL: tl.constexpr):
@@ -425,12 +425,12 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
     # atomics give never matters to the select. One load and ONE atomic a span.
     # LIST == 0 (small grids: latency-bound, the row in L2): program = one chunk, all of it;
     #   so on folded grids (LIST == 1) for a row of at most P chunks (``_listed``).
-    # LIST == 1, a longer row: programs p < pl (``listed_programs``) of a row take spans
-    #   q = p, p + pl, ... of the row's list of segments whose maximum reaches T0 (~730 of a
-    #   random 1M row's 8,192 at k = 512: a few % of the row is re-read), the list being the
-    #   regions' lists one after the other, the next span's loads in flight while one is
-    #   collected. More than CAP listed segments (each holds a candidate) is an overflow:
-    #   nothing is collected, the select's exact fallback runs.
+    # LIST == 1, a longer row: the P programs of a row take spans q = p, p + P, ... of the
+    #   row's list of segments whose maximum reaches T0 (~730 of a random 1M row's 8,192 at
+    #   k = 512: a few % of the row is re-read), the list being the regions' lists one after
+    #   the other; usually one span a program, so nothing waits on a chain. More than CAP
+    #   listed segments (each holds a candidate) is an overflow: nothing is collected, the
+    #   select's exact fallback runs.
     # PDL: the logits and lengths (written before the first kernel's wait) are read before
     # this kernel's wait, on small grids while the threshold still runs; T0 and the rest after.
     if PDL:
@@ -461,10 +461,9 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
         # issued with T0's load, whatever the row (their round trip overlaps the length's)
         r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
         if listed == 1:
-            if p < pl:
-                _collect_listed(x_row, len_e, p, pl, t0, cnt_ptr + row,
-                                list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, cb_ptr,
-                                cc_row, CHUNK, NSEG, CAP, RS, NR)
+            _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
+                            list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, cb_ptr,
+                            cc_row, CHUNK, NSEG, CAP, P, RS, NR)
         elif p * CHUNK < len_e:
             _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
     elif p * CHUNK < len_e:
@@ -472,12 +471,12 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
 
 
 @triton.jit
-def _collect_listed(x_row, len_e, p, pl, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, cc_row,
+def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, cc_row,
                     CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
-                    RS: tl.constexpr, NR: tl.constexpr):
-    """Program p < pl of a listed row: spans q = p, p + pl, ... of NSEG places of the row's
-    list of segments (the regions' lists one after the other; ``r``, ``pre``, ``n_act``:
-    ``_region_prefix``), the next span's loads in flight while one is collected."""
+                    P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr):
+    """Program p of a listed row: spans q = p, p + P, ... of NSEG places of the row's list of
+    segments (the regions' lists one after the other; ``r``, ``pre``, ``n_act``:
+    ``_region_prefix``)."""
     SEG: tl.constexpr = CHUNK // NSEG
     n_spans = tl.where(n_act <= CAP, (n_act + NSEG - 1) // NSEG, 0)
     if (p == 0) & (n_act > CAP):
@@ -491,52 +490,24 @@ def _collect_listed(x_row, len_e, p, pl, t0, cnt_ptr, l_row, r, pre, n_act, cb_p
     # reduced across lanes (34 shuffles a span at NR = 4)
     tl.static_assert(NR <= 4)
     pk = tl.sum(pre.to(tl.int64) << (16 * r).to(tl.int64), axis=0)
-    # two spans ahead: the x of span q + pl loads (its places came one step before) and the
-    # places of span q + 2 pl, before span q is collected (its atomic's round trip, its stores)
     q = p
-    seg, ok = _listed_places(q, t, pk, n_act, l_row, NSEG, SEG, RS, NR)
-    u = _span_values(x_row, seg, ok, t, len_e, SEG)
-    seg_n, ok_n = _listed_places(q + pl, t, pk, n_act, l_row, NSEG, SEG, RS, NR)
     while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
-        u_n = _span_values(x_row, seg_n, ok_n, t, len_e, SEG)
-        seg_nn, ok_nn = _listed_places(q + 2 * pl, t, pk, n_act, l_row, NSEG, SEG, RS, NR)
-        e = _span_columns(seg, t, SEG)
-        _collect_span(u, ok[:, None] & (e < len_e), e, q, t0, cnt_ptr, cb_ptr, cc_row, CAP)
-        seg, ok, u = seg_n, ok_n, u_n
-        seg_n, ok_n = seg_nn, ok_nn
-        q += pl
-
-
-@triton.jit
-def _listed_places(q, t, pk, n_act, l_row, NSEG: tl.constexpr, SEG: tl.constexpr,
-                   RS: tl.constexpr, NR: tl.constexpr):
-    """Span q's listed segment for each of its 8-element rows ``t`` and whether it is one
-    (``ok``: the place is before ``n_act``); ``pk``: the regions' prefixes, 16 bits each."""
-    g = q * NSEG + t // (SEG // 8)  # places in the row's list
-    ok = g < n_act
-    # region c of place g: the last one whose prefix is <= g (prefixes never decrease)
-    c = tl.zeros_like(g)
-    base = tl.zeros_like(g)
-    for j in tl.static_range(1, NR):
-        pj = ((pk >> (16 * j)) & 0xFFFF).to(tl.int32)
-        c += (pj <= g).to(tl.int32)
-        base = tl.where(pj <= g, pj, base)
-    return tl.load(l_row + c * RS + g - base, mask=ok, other=0), ok
-
-
-@triton.jit
-def _span_columns(seg, t, SEG: tl.constexpr):
-    """Columns [rows, 8] of the 8-element rows ``t`` of segments ``seg``."""
-    e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
-    return e0[:, None] + tl.arange(0, 8)[None, :]
-
-
-@triton.jit
-def _span_values(x_row, seg, ok, t, len_e, SEG: tl.constexpr):
-    """bf16 bits of the 8-element rows ``t`` of segments ``seg`` (16-byte loads; rows not
-    ``ok`` read nothing)."""
-    e = _span_columns(seg, t, SEG)
-    return tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
+        g = q * NSEG + t // (SEG // 8)  # places in the row's list
+        ok = g < n_act
+        # region c of place g: the last one whose prefix is <= g (prefixes never decrease)
+        c = tl.zeros_like(g)
+        base = tl.zeros_like(g)
+        for j in tl.static_range(1, NR):
+            pj = ((pk >> (16 * j)) & 0xFFFF).to(tl.int32)
+            c += (pj <= g).to(tl.int32)
+            base = tl.where(pj <= g, pj, base)
+        seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
+        e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
+        e = e0[:, None] + tl.arange(0, 8)[None, :]
+        u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
+        _collect_span(u, ok[:, None] & (e < len_e), e, q, t0, cnt_ptr, cb_ptr, cc_row,
+                      CAP)
+        q += P
 
 
 @triton.jit
@@ -781,17 +752,6 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_pt
 # 2,048 (4 programs a 1M row; each computes T0 too: at 1,024, 8 programs a row, the threshold
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
-# Programs that collect a listed row: about LIST_CTAS collect CTAs a SM over the grid (6 fit at
-# COLLECT_MAXNREG), so the spans are one wave and each program loops over a few of them with
-# the next span's loads in flight, instead of waves of one-span programs, each a chain of
-# dependent round trips (list, row, atomic).
-LIST_CTAS = 6
-H200_SMS = 132
-
-
-def listed_programs(rows: int) -> int:
-    """Collect programs a listed row uses (of the LIST_PROGRAMS of the grid)."""
-    return max(1, min(LIST_PROGRAMS, LIST_CTAS * H200_SMS // rows))
 LIST_REGION = 2048
 # Pipeline stages of a folding group-maxima program (``_fold_span``) on 1M-column grids folded
 # by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M 66.9 -> 63.2; +2.3 at
@@ -850,8 +810,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
-        stride_cc=ws.cc.stride(0), cols=cols, pl=listed_programs(rows), NSEG=NSEG, CAP=cfg.cap,
-        LIST=lst,
+        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
         P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"],
         maxnreg=COLLECT_MAXNREG, **regions, **common, **dep)
     # the span counts the select scans: a chunk each on small grids; on folded ones up to
