@@ -40,5 +40,6 @@ for c in ${PROBES:-sparse32x6 sparse1x6 moe48 moe6 moe1}; do
     topkcollect) probe topkcollect _collect_kernel 3 1 topk 64x262144xall:chunks ;;
     topkgmax) probe topkgmax _group_max_kernel 3 1 topk 64x1048576xall:chunks ;;
     topkgmax8) probe topkgmax8 _group_max_kernel 3 1 topk 64x1048576x1/8:chunks ;;
+    topkgmax256) probe topkgmax256 _group_max_kernel 3 1 topk 64x262144xall:chunks ;;
   esac
 done
