@@ -16,12 +16,12 @@ before the call):
    else, or when that has no bound, the k-th largest group maximum (``_kth_largest``: a
    256-bin histogram below the maximum, else a bitwise search). At least k elements are >= T0
    (every one of those k groups holds its maximum), so the top k are >= T0.
-3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, ``LIST_PROGRAMS``) on
-   folded ones: re-reads the row (small grids, and on folded grids a row of at most
-   ``LIST_PROGRAMS`` chunks: whole chunks, a program each; a longer row is *listed*
+3. ``_collect_kernel``    grid (rows, chunks) on small grids, (rows, ``list_programs(rows)``)
+   on folded ones: re-reads the row (small grids, and on folded grids a row of at most
+   that many chunks: whole chunks, a program each; a longer row is *listed*
    (``_listed``): only the 128-element segments whose maximum, stored by pass 1, reaches T0,
-   from the threshold's lists) and appends every element >= T0 (a bf16 compare against T0's
-   value, ``_at_least_t0``) to the row's candidate buffer (its bf16 bits, and its index with
+   from the threshold's lists) and appends every element >= T0 (one unordered compare an
+   element, ``_at_least_t0``) to the row's candidate buffer (its bf16 bits, and its index with
    its rank inside its span), one atomic a span; stores each span's candidate count and
    buffer base.
 4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key (a
@@ -752,6 +752,19 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_pt
 # 2,048 (4 programs a 1M row; each computes T0 too: at 1,024, 8 programs a row, the threshold
 # took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_PROGRAMS = 64
+# From LIST_MANY_ROWS rows, LIST_PROGRAMS_MANY: a random 256K-1M row at k = 512 lists ~39-46
+# spans, and the programs past a row's spans are waves of CTAs that only exit (session 22, run
+# 8, 40 against 64 programs: 64 x 1M all 61.5 -> 58.8 µs, 48 x 1M all 49.5 -> 48.5, 64 x 256K
+# all 34.3 -> 33.6; at fewer rows the loops cost more: 12 x 1M all +1.4, and 24 x 1M 1/8 +1.6,
+# whose 64-chunk rows are listed then).
+LIST_PROGRAMS_MANY = 40
+LIST_MANY_ROWS = 48
+
+
+def list_programs(rows: int) -> int:
+    """Collect programs a row on a folded grid (``P``: also the most chunks a row collected by
+    chunk has)."""
+    return LIST_PROGRAMS_MANY if rows >= LIST_MANY_ROWS else LIST_PROGRAMS
 LIST_REGION = 2048
 # Pipeline stages of a folding group-maxima program (``_fold_span``) on 1M-column grids folded
 # by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M 66.9 -> 63.2; +2.3 at
@@ -791,6 +804,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     pdl = pdl and pdl_capable(x16.device)
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
+    lp = list_programs(rows)
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
@@ -805,21 +819,21 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
             ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
-            P=LIST_PROGRAMS,
+            P=lp,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
-    _collect_kernel[(rows, LIST_PROGRAMS if lst else n_chunks)](
+    _collect_kernel[(rows, lp if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-        P=LIST_PROGRAMS if lst else n_chunks, RS=rs, num_warps=WARPS["collect"],
+        P=lp if lst else n_chunks, RS=rs, num_warps=WARPS["collect"],
         maxnreg=COLLECT_MAXNREG, **regions, **common, **dep)
     # the span counts the select scans: a chunk each on small grids; on folded ones up to
-    # LIST_PROGRAMS chunks or cap / NSEG listed spans (more listed segments than cap is an
+    # list_programs chunks or cap / NSEG listed spans (more listed segments than cap is an
     # overflow, where the fallback runs); not cfg.max_chunks whatever the row (session 20)
-    nch = triton.next_power_of_2(max(LIST_PROGRAMS, cfg.cap // NSEG) if lst else n_chunks)
+    nch = triton.next_power_of_2(max(lp, cfg.cap // NSEG) if lst else n_chunks)
     _select_kernel[(rows,)](
         x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=nch,
-        NSEG=NSEG, LIST=lst, P=LIST_PROGRAMS, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
+        NSEG=NSEG, LIST=lst, P=lp, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
         num_warps=WARPS["select"], **regions, **common, **dep)
