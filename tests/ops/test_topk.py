@@ -283,7 +283,7 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     if folded:  # as test_folded_spans: 2 collect programs a row, regions of 32 segments
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
         monkeypatch.setattr(_triton, "LIST_REGION", 32)
-        monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
+        monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
     gen = torch.Generator().manual_seed(21)
     k, cols = 16, 9000
     x = torch.cat([make_logits("random", 2, cols, gen), make_logits("special", 2, cols, gen),
@@ -311,21 +311,18 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, device, monkeypatch):
     """Many-row grids fold R chunks per group-maxima program and collect a row of more than
-    LIST_PROGRAMS chunks from the threshold's lists of active segments (one per region of
-    LIST_REGION segments, spans strided over LIST_PROGRAMS programs a row), a shorter one a
+    ``list_programs`` chunks from the threshold's lists of active segments (one per region of
+    LIST_REGION segments, spans strided over those programs a row), a shorter one a
     chunk a program; force all of it at a small shape (9,000 and 16,384 columns: odd and even
     chunk counts; regions of 32 segments, so a span crosses regions; 2 programs a row, so the
-    strided loop runs and rows of 1-2 chunks are collected by chunk; at R = 4 as from
-    LIST_MANY_ROWS rows, 1 program a row: rows of 1 chunk by chunk, the rest listed, looping)."""
+    strided loop runs and rows of 1-2 chunks are collected by chunk; at R = 4, 1 program a
+    row: rows of 1 chunk by chunk, the rest listed, looping)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
     monkeypatch.setattr(_triton, "LIST_REGION", 32)
-    monkeypatch.setattr(_triton, "LIST_PROGRAMS", 2)
-    if log_r == 2:
-        monkeypatch.setattr(_triton, "LIST_MANY_ROWS", 1)
-        monkeypatch.setattr(_triton, "LIST_PROGRAMS_MANY", 1)
+    monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
         x = make_logits("random", 7, cols, gen)

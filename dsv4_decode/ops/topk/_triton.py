@@ -46,7 +46,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from dsv4_decode.utils.device import pdl_capable
 
 from . import ref
-from .config import NSEG, span_log2
+from .config import NSEG, list_programs, span_log2
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -483,8 +483,8 @@ def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, 
         tl.store(cnt_ptr, CAP + 1)
     # The span as [CHUNK / 8, 8], 8 consecutive elements a thread, as the chunk path: one
     # 16-byte load and an in-thread count and scan (the [NSEG, SEG] tile loaded 2 bytes an
-    # element and converted layouts through shared memory: 1,006 instructions a thread a span
-    # against ~450, sm_90a). Each 8-element row finds its own segment.
+    # element and converted layouts through shared memory: 1,001 instructions a thread a span
+    # against 591, sm_90a). Each 8-element row finds its own segment.
     t = tl.arange(0, CHUNK // 8)
     # the regions' prefixes (< 2**14, NR <= 4) packed in one scalar: a [rows, NR] search
     # reduced across lanes (34 shuffles a span at NR = 4)
@@ -532,7 +532,7 @@ def _at_least_t0(u, valid, t0):
 
 @triton.jit
 def _collect_span(u, valid, e, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr):
-    """Span q = the [NS, SEG] elements ``e`` with bf16 bits ``u`` (``valid``: inside the
+    """Span q = the [CHUNK / 8, 8] elements ``e`` with bf16 bits ``u`` (``valid``: inside the
     length): append those whose key1 is >= t0 (``_at_least_t0``), each with its rank inside
     the span and its bf16 bits (the select takes the key of its few candidates); store
     ``count | base << 16`` at ``cc_row + q`` (base: the span's first buffer slot, its
@@ -558,10 +558,9 @@ def _collect_span(u, valid, e, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr
 
 @triton.jit
 def _select_tile(packed, pk, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
-    """Exact top-K of the row's candidates (``packed`` / ``pk``: buffer entries' low and high
-    words, the first
-    ``n`` live, every key1 >= ``t0``; ``cc``: ``count | base << 16`` per span), written in
-    ascending index order.
+    """Exact top-K of the row's candidates (``packed`` / ``pk``: the low and high words of the
+    buffer entries, the first ``n`` live, every key1 >= ``t0``; ``cc``: ``count | base << 16``
+    per span), written in ascending index order.
 
     tau = the K-th largest key1 (``_kth_above``). The kept candidates are then placed in index
     order, independent of the order the atomics gave the buffer. Tiles of at most 2,048 slots
@@ -747,35 +746,19 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_pt
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
 
 
-# Collect programs per row on large grids: one span each up to 64 spans (1,024 active segments;
-# ~730 on random 1M rows at k = 512), strided loops beyond. Segments a threshold program lists:
-# 2,048 (4 programs a 1M row; each computes T0 too: at 1,024, 8 programs a row, the threshold
-# took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
-LIST_PROGRAMS = 64
-# From LIST_MANY_ROWS rows, LIST_PROGRAMS_MANY: a random 256K-1M row at k = 512 lists ~39-46
-# spans, and the programs past a row's spans are waves of CTAs that only exit (session 22, run
-# 8, 40 against 64 programs: 64 x 1M all 61.5 -> 58.8 µs, 48 x 1M all 49.5 -> 48.5, 64 x 256K
-# all 34.3 -> 33.6; at fewer rows the loops cost more: 12 x 1M all +1.4, and 24 x 1M 1/8 +1.6,
-# whose 64-chunk rows are listed then).
-LIST_PROGRAMS_MANY = 40
-LIST_MANY_ROWS = 48
-
-
-def list_programs(rows: int) -> int:
-    """Collect programs a row on a folded grid (``P``: also the most chunks a row collected by
-    chunk has)."""
-    return LIST_PROGRAMS_MANY if rows >= LIST_MANY_ROWS else LIST_PROGRAMS
+# Segments a threshold program lists: 2,048 (4 programs a 1M row; each computes T0 too: at
+# 1,024, 8 programs a row, the threshold took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
 LIST_REGION = 2048
 # Pipeline stages of a folding group-maxima program (``_fold_span``) on 1M-column grids folded
 # by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M 66.9 -> 63.2; +2.3 at
-# 64 x 1M 1/8, +1.2 to +1.8 at 1/8 on 256K-512K rows (plain loop there).
+# 64 x 1M 1/8, +1.2 to +1.8 at 1/8 on 256K-512K rows (plain loop there; session 22, run 5, on
+# 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2).
 FOLD_STAGES = 4
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
-# The collect's register cap: up to 84 a thread, 6 four-warp CTAs fit a SM (no spills; 80
-# spilled 4 bytes without the 16-byte specialization); left alone, ptxas takes 89-92 for the
-# shift-made compare of ``_at_least_t0`` (79 for a bf16 -> fp32 convert, which the interpreter
-# flushes to zero on subnormals).
+# The collect's register cap: at 84, 6 four-warp CTAs fit a SM, no spills (80 spilled without
+# the 16-byte specialization); left alone, ptxas takes 89-92 for ``_at_least_t0``'s shifts (79
+# for a bf16 -> fp32 convert, which the interpreter flushes to zero on subnormals).
 COLLECT_MAXNREG = 84
 
 
@@ -818,8 +801,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     if not fuse:
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
-            ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst,
-            P=lp,
+            ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst, P=lp,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, lp if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,

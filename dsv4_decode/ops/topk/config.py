@@ -48,6 +48,24 @@ ROW_COLS = 65536  # at most 2**16: ``_row`` packs a candidate's column in 16 bit
 ROW_ROWS = 24
 
 
+# Collect programs a row on folded grids (``P`` of ``_triton``'s kernels: also the most chunks a
+# row collected by chunk may have; a longer row is listed): LIST_PROGRAMS, one listed span each
+# up to 64 spans (1,024 listed segments; ~730 on random 1M rows at k = 512), strided loops
+# beyond. From LIST_MANY_ROWS rows LIST_PROGRAMS_MANY: a random 256K-1M row at k = 512 lists
+# ~39-46 spans, and the programs past a row's spans are waves of CTAs that only exit (session
+# 22, run 8, 40 against 64 programs: 64 x 1M all 61.5 -> 58.8 µs, 48 x 1M all 49.5 -> 48.5,
+# 64 x 256K all 34.3 -> 33.6; at fewer rows the loops cost more: 12 x 1M all +1.4, and
+# 24 x 1M 1/8 +1.6, whose 64-chunk rows are listed then).
+LIST_PROGRAMS = 64
+LIST_PROGRAMS_MANY = 40
+LIST_MANY_ROWS = 48
+
+
+def list_programs(rows: int) -> int:
+    """Collect programs a row of a folded plain-mode grid of ``rows`` rows."""
+    return LIST_PROGRAMS_MANY if rows >= LIST_MANY_ROWS else LIST_PROGRAMS
+
+
 def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
     """Whether plain mode runs ``_row`` (one CTA a row, one launch) for this shape."""
     return cols <= ROW_COLS and rows >= ROW_ROWS and k <= 512
