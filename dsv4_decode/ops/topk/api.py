@@ -36,7 +36,8 @@ class TopkWorkspace:
       of up to 16 segments of one collect program; one 8-byte store a candidate); ``_row``
       writes the first ``cfg.cap`` int32 words of the row instead (``cbuf`` viewed as int32),
       ``(key1 - 1) << 16 | column``, in column order;
-    - ``cc`` int32 [rows, cfg.max_chunks]: candidates per span;
+    - ``cc`` int32 [rows, cfg.max_chunks]: per span, its candidate count ``| base << 16``
+      (base: its first ``cbuf`` slot; its candidates follow in rank order);
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
     Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``;
