@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 scripts/topk_kth_probe.py
 
 Every single-CTA phase of plain-mode top-k (T0 over group maxima, tau over candidates) is
-``_triton._kth_largest``; Session 18's stamps (``scripts/topk_stamps.py``) put 4,500 cycles
+``_kth._kth_largest``; Session 18's stamps (``scripts/topk_stamps.py``) put 4,500 cycles
 on it over 2,048 group maxima and 3,100 over a 1,024-slot candidate tile, half of a one-tile
 row's 16,000. One CTA of 8 warps runs each variant on int32 keys like the kernels' (random
 bf16 key1 maxima), with ``%clock64`` after a barrier before and after it (median of 20
@@ -15,7 +15,7 @@ launches). Variants:
   ``(top - v) >> 2`` / ``>> 1``; at least K are >= the value (enough for T0);
 - ``search4``: exact: four 4-ary steps on the distance to the top (a [4] count vector a
   step, one CTA reduction);
-- ``parts``: ``_triton._part_bound``, the kernels' T0 since session 18: a lower bound, each
+- ``parts``: ``_kth._part_bound``, the kernels' T0 since session 18: a lower bound, each
   warp's own K/8-th largest (an 8-step binary search on the distance to its own top, every
   reduction inside the warp), then the CTA minimum of the 8. (Runs 2 / 3 of session 18 timed
   this search as a probe-local ``warp`` variant and ``parts`` as a 4-ary form, since replaced.)
@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4_decode.ops.topk._triton import _kth_largest, _part_bound
+from dsv4_decode.ops.topk._kth import _kth_largest, _part_bound
 
 VARIANTS = ["hist", "hist-n", "coarse64", "coarse128", "search4", "parts", "max", "sum"]
 

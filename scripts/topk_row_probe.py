@@ -7,10 +7,9 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
 A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``; ``rowstagger``
 runs a patched copy of ``_row`` whose row r folds its tiles from tile r mod n_t (session 18's
 prepared change for the fold's growth from 20 rows, docs/kernels/topk.md; measured slower in
-session 19); ``chunks-strided`` the four launches with session 22's prepared strided fold
-(folded grids: program p folds chunks p, p + n_p, ..., one chunk a load, 63 registers instead
-of 96, so a 1/8-valid row keeps every program busy; the group level and the threshold's group
-counts follow; docs/kernels/topk.md, session 22, "Left"); ``file:PATH`` the
+session 19); ``chunks-strided`` / ``chunks-spans`` the four launches with every folded grid's
+group maxima folded strided (program p folds chunks p, p + n_p, ...) / in spans of R chunks,
+whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``file:PATH`` the
 four launches of another ``_triton.py`` (an earlier commit's: ``git show
 REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
 another ``_row.py``. Each cell
@@ -26,6 +25,7 @@ import torch
 from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
+from dsv4_decode.ops.topk.config import span_log2
 from dsv4_decode.utils.module_copy import load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
@@ -49,58 +49,6 @@ STAGGER = [  # (anchor, replacement) on _row.py: row r folds tiles r mod n_t, r 
 ]
 
 
-STRIDED = [  # (anchor, replacement) on _triton.py: the strided fold of folded grids (R > 1)
-    ("    folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks\n"
-     "    span = tl.where(folded, R * CHUNK, CHUNK)\n"
-     "    per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)\n"
-     "    n_groups = ((len_e + span - 1) // span) * per_span\n"
-     "    # valid: those whose first element (span start + b, b < per_span) is inside the length\n"
-     "    n_valid = (len_e // span) * per_span + tl.minimum(per_span, len_e % span)\n",
-     "    folded = s >= LOG_R\n"
-     "    span = tl.where(folded, R * CHUNK, CHUNK)\n"
-     "    per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)\n"
-     "    n_groups = ((len_e + span - 1) // span) * per_span\n"
-     "    n_valid = (len_e // span) * per_span + tl.minimum(per_span, len_e % span)\n"
-     "    if LOG_R > 0:  # u programs hold data; the first of program p's chunks is p\n"
-     "        n_p, u, lvl = _strided_units(len_e, cols, CHUNK, R, TARGET, LMAX)\n"
-     "        per = (s * 0 + CHUNK) >> lvl\n"
-     "        n_groups = u * per\n"
-     "        full = tl.minimum(n_p, len_e // CHUNK)\n"
-     "        n_valid = full * per + tl.where(u > full, tl.minimum(per, len_e % CHUNK), 0)\n"),
-    ("@triton.jit\ndef _store_groups(",
-     "@triton.jit\n"
-     "def _fold_strided(x_row, p, n_p, len_e, s_row, R: tl.constexpr, CHUNK: tl.constexpr,\n"
-     "                  NSEG: tl.constexpr, SEGS: tl.constexpr):\n"
-     "    acc = tl.full([NSEG, CHUNK // NSEG], float('-inf'), tl.float32)\n"
-     "    for r in range(R):\n"
-     "        c = p + r * n_p\n"
-     "        if c * CHUNK < len_e:\n"
-     "            if (c + 1) * CHUNK <= len_e:\n"
-     "                v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)\n"
-     "            else:\n"
-     "                v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, True)\n"
-     "            if SEGS:\n"
-     "                _store_segments(v, s_row, c, len_e, CHUNK, NSEG)\n"
-     "            acc = _max_nan(acc, _vmax(v, 0))\n"
-     "    return acc\n\n\n"
-     "@triton.jit\n"
-     "def _strided_units(len_e, cols, CHUNK: tl.constexpr, R: tl.constexpr,\n"
-     "                   TARGET: tl.constexpr, LMAX: tl.constexpr):\n"
-     "    n_p = ((cols + CHUNK - 1) // CHUNK + R - 1) // R\n"
-     "    u = tl.minimum(n_p, (len_e + CHUNK - 1) // CHUNK)\n"
-     "    return n_p, u, _level(u * CHUNK, TARGET, LMAX)\n\n\n"
-     "@triton.jit\ndef _store_groups("),
-    ("    if s >= LOG_R:\n        if p * (R * CHUNK) < len_e:",
-     "    if LOG_R > 0:\n"
-     "        n_p, u, lvl = _strided_units(len_e, cols, CHUNK, R, TARGET, LMAX)\n"
-     "        if p < u:\n"
-     "            acc = _fold_strided(x_row, p, n_p, len_e, s_row, R, CHUNK, NSEG, SEGS)\n"
-     "            _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * CHUNK, len_e, lvl,\n"
-     "                          CHUNK, LMAX)\n"
-     "    elif s >= LOG_R:\n        if p * (R * CHUNK) < len_e:"),
-]
-
-
 def runner(name):
     """A launch function for variant ``name``."""
     if name == "chunks":
@@ -109,9 +57,12 @@ def runner(name):
         return load_file(name[5:], "dsv4_decode.ops.topk", "topk_old_").launch
     if name.startswith("rowfile:"):  # an earlier _row.py
         return load_file(name[8:], "dsv4_decode.ops.topk", "topk_row_old_").launch
-    if name == "chunks-strided":
-        return load_source(patch(open(_triton.__file__).read(), STRIDED), "topk_strided",
-                           "dsv4_decode.ops.topk").launch
+    if name in ("chunks-strided", "chunks-spans"):  # every folded grid one way
+        mod = load_source(open(_triton.__file__).read(), "topk_" + name[7:],
+                          "dsv4_decode.ops.topk")
+        mod.strided_fold = lambda rows, n_chunks: (name == "chunks-strided"
+                                                   and span_log2(rows, n_chunks) > 0)
+        return mod.launch
     if name == "rowstagger":
         return load_source(patch(open(_row.__file__).read(), STAGGER), "topk_row_stagger",
                            "dsv4_decode.ops.topk").launch

@@ -31,7 +31,7 @@ import torch
 from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import capture, graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
-from dsv4_decode.utils.module_copy import STAMPS, load_source, patch
+from dsv4_decode.utils.module_copy import STAMPS, load_file, load_source, patch
 
 CALLS = 20
 SLOTS = 64 + 64 * 32  # per call: 8 kernels x 8 timeline slots, then 32 phase slots a row
@@ -123,9 +123,10 @@ PHASE_NAMES = {1: "fold tile 0", 2: "other tiles", 3: "group maxima", 4: "T0",
                11: "write", 7: "end"}
 
 
-def stamped(phases: bool):
-    """(the patched _triton, the patched _row, their kernel names by id)."""
-    tsrc = open(_triton.__file__).read()
+def stamped(phases: bool, source: str = ""):
+    """(the patched _triton (``source``: another ``_triton.py``, e.g. a probe variant's
+    patched copy), the patched _row, their kernel names by id)."""
+    tsrc = open(source or _triton.__file__).read()
     if phases:
         tsrc = patch(tsrc, SELECT_PHASES).replace(
             "\n\n@triton.jit\ndef _pdl_enter", "\n\n" + STAMPS + "@triton.jit\ndef _pdl_enter")
@@ -220,20 +221,23 @@ def main(argv) -> None:
     p.add_argument("cells", nargs="*", help="ROWSxCOLSxVALID, e.g. 6x65536x1/8 (default: 8 cells)")
     p.add_argument("--k", type=int, default=512)
     p.add_argument("--phases", action="store_true", help="also the clock64 phases (see above)")
+    p.add_argument("--triton", default="", help="stamp this _triton.py instead of the tree's")
     args = p.parse_args(argv)
     k, want_phases = args.k, args.phases
     cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in args.cells)] or [
         (1, 65536, "1/8"), (1, 65536, "all"), (12, 65536, "all"), (64, 65536, "all"),
         (1, 262144, "all"), (1, 1048576, "1/8"), (1, 1048576, "all"), (12, 1048576, "all")]
-    tmod, rmod, names = stamped(False)
-    ptmod, pmod, _ = stamped(True) if want_phases else (None, None, None)
+    tmod, rmod, names = stamped(False, args.triton)
+    ptmod, pmod, _ = stamped(True, args.triton) if want_phases else (None, None, None)
     dbg = torch.zeros(CALLS, SLOTS, dtype=torch.int64, device="cuda")
     print(torch.cuda.get_device_name(), flush=True)
     for rows, cols, valid in cells:
         xs, lens, _ = TB._inputs(rows, cols, valid)
         ws = make_topk_workspace(rows, k, "cuda")
         inputs = (xs, lens, torch.empty(rows, k, dtype=torch.int32, device="cuda"), ws)
-        paths = [("chunks", _triton, tmod)]
+        plain_t = load_file(args.triton, "dsv4_decode.ops.topk", "topk_src_") if args.triton \
+            else _triton
+        paths = [("chunks", plain_t, tmod)]
         if cols <= _row.ROW_COLS:
             paths.append(("row", _row, rmod))
         for name, plain, mod in paths:

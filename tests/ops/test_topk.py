@@ -18,7 +18,7 @@ from dsv4_decode.ops.topk import (
     decode_topk_ref,
     make_topk_workspace,
 )
-from dsv4_decode.ops.topk._triton import _part_bound
+from dsv4_decode.ops.topk._kth import _part_bound
 from dsv4_decode.ops.topk.config import TopkConfig
 from dsv4_decode.ops.topk.ref import rank_keys
 
@@ -226,7 +226,7 @@ def test_fallback_path_is_exercised(path, device, monkeypatch):
 
 
 def _part_bound_ref(v: torch.Tensor, k: int) -> int:
-    """``_triton._part_bound``'s definition on the [SIZE] keys v (0 = not valid), parts of
+    """``_kth._part_bound``'s definition on the [SIZE] keys v (0 = not valid), parts of
     ``[SIZE / 1024, 8, 128]``: each part's ceil(k / 8)-th largest key, the least of the eight,
     or 0 when a part has fewer valid keys or its one lies more than 255 below the part's top."""
     q = -(-k // 8)
@@ -268,7 +268,7 @@ def test_part_bound_matches_definition(device):
         assert _part_bound_ref(short, k) == 0 and (k > 8 or _part_bound_ref(wide, k) > 0)
 
 
-@pytest.mark.parametrize("folded", [False, True])
+@pytest.mark.parametrize("folded", [False, True, "strided"])
 def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monkeypatch):
     """The collect appends exactly the valid elements whose key1 reaches the row's T0 (a bf16
     compare against T0's value, ``_triton._at_least_t0``): the row's candidate count equals
@@ -276,11 +276,12 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     fallback, so the answer alone cannot show it. Rows: random; special values; NaN in more
     than k places (T0 at NaN's key: only NaN passes, not +inf); -inf only; T0 at +0 with -0
     beside it (both pass, the largest negative does not); lengths 0, 1, k and full; the small
-    grid and a folded one with listed rows."""
+    grid and a folded one with listed rows (its chunks folded in spans or strided)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
     if folded:  # as test_folded_spans: 2 collect programs a row, regions of 32 segments
+        monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks: folded == "strided")
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
         monkeypatch.setattr(_triton, "LIST_REGION", 32)
         monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
@@ -308,19 +309,23 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     assert torch.equal(ws.cnt[: x.shape[0]].cpu(), want), (ws.cnt[: x.shape[0]].cpu(), want)
 
 
+@pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("log_r", [1, 2])
-def test_folded_spans(log_r, device, monkeypatch):
+def test_folded_spans(log_r, strided, device, monkeypatch):
     """Many-row grids fold R chunks per group-maxima program and collect a row of more than
     ``list_programs`` chunks from the threshold's lists of active segments (one per region of
     LIST_REGION segments, spans strided over those programs a row), a shorter one a
     chunk a program; force all of it at a small shape (9,000 and 16,384 columns: odd and even
     chunk counts; regions of 32 segments, so a span crosses regions; 2 programs a row, so the
     strided loop runs and rows of 1-2 chunks are collected by chunk; at R = 4, 1 program a
-    row: rows of 1 chunk by chunk, the rest listed, looping)."""
+    row: rows of 1 chunk by chunk, the rest listed, looping). ``strided``: the group maxima
+    fold chunks p, p + n_p, ... (``config.strided_fold``), the threshold's group counts
+    follow."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
+    monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks: strided)
     monkeypatch.setattr(_triton, "LIST_REGION", 32)
     monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)
     gen = torch.Generator().manual_seed(log_r)
@@ -612,8 +617,8 @@ def test_gpu_fused_threshold(rows, cols, k):
     assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
 
 
-GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (64, 65536), (64, 1048576), (3, 1),
-              (5, 777), (4, 100003)]
+GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (64, 65536), (64, 524288),
+              (64, 1048576), (3, 1), (5, 777), (4, 100003)]  # 64 x 512K: the strided fold
 
 
 @pytest.mark.gpu
@@ -695,16 +700,19 @@ out = {}
 for k in (512, 2048):  # plain mode's kernels (block mode: the radix select below)
     c = TopkConfig.pick(k)
     common = dict(CHUNK=c.chunk, NSEG=NSEG)
-    # fused only for k <= 512; folded grids with and without the pipelined fold
-    for log_r, fuse, st in ((0, k <= 512, 1), (3, False, 1), (3, False, K.FOLD_STAGES)):
-        spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r)
-        out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}"] = build(
+    # fused only for k <= 512; folded grids with and without the pipelined fold, and strided
+    for log_r, fuse, st, sd in ((0, k <= 512, 1, 0), (3, False, 1, 0),
+                                (3, False, K.FOLD_STAGES, 0), (3, False, 1, 1)):
+        spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r,
+                     STRIDED=sd)
+        out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}-strided{sd}"] = build(
             K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse,
                                       **spans, **common),
             4)
-    spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3)
-    out[f"threshold-k{k}"] = build(K._threshold_kernel, dict(
-        RS=K.LIST_REGION, LIST=1, P=64, **spans, **common), 8)
+    for sd in (0, 1):
+        spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3, STRIDED=sd)
+        out[f"threshold-k{k}-strided{sd}"] = build(K._threshold_kernel, dict(
+            RS=K.LIST_REGION, LIST=1, P=64, **spans, **common), 8)
     for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
         out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
             CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, **common), 4, pdl,

@@ -11,7 +11,7 @@ same algorithm with every hand-off a CTA barrier instead:
    length read -inf), the next tile's loads in flight while one is folded; the key1 maximum
    of every segment of 8 columns is stored (``smax``).
 2. T0 from ``G`` strided group maxima of the fold (group b = columns b + j * G), as key1; a
-   group is valid when b < length. T0 is ``_triton._part_bound`` (each warp's own K/8-th
+   group is valid when b < length. T0 is ``_kth._part_bound`` (each warp's own K/8-th
    largest, the least of the eight), or, when that has no bound, the exact K-th largest. At
    least K group maxima are >= T0 and each is an element, so the top K are >= T0. With fewer
    than K valid groups T0 = 1: every valid element is a candidate.
@@ -36,19 +36,8 @@ import triton.language as tl
 
 from dsv4_decode.utils.device import pdl_capable
 
-from ._triton import (
-    _as_key1,
-    _exact_fallback,
-    _key1,
-    _kth_above,
-    _kth_largest,
-    _max_nan,
-    _part_bound,
-    _pdl_enter,
-    _row_length,
-    _vmax,
-    _write_kept,
-)
+from ._kth import _kth_above, _kth_largest, _part_bound, _write_kept
+from ._triton import _as_key1, _exact_fallback, _key1, _max_nan, _pdl_enter, _row_length, _vmax
 from .config import ROW_COLS
 
 NUM_WARPS = 8

@@ -46,7 +46,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from dsv4_decode.utils.device import pdl_capable
 
 from . import ref
-from .config import NSEG, list_programs, span_log2
+from ._kth import _kth_above, _kth_largest, _part_bound, _store_kept, _write_kept
+from .config import NSEG, list_programs, span_log2, strided_fold
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -109,67 +110,6 @@ def _level(len_e, TARGET: tl.constexpr, LMAX: tl.constexpr):
 
 
 @triton.jit
-def _kth_largest(v, m, n, K, HIST: tl.constexpr):
-    """The K-th largest of the non-negative int32 ``v[m]`` (the largest t with #{v >= t} >= K);
-    0 when fewer than K are masked in. ``n``: the count of ``m`` (the callers know it: one CTA
-    reduction fewer).
-
-    HIST: selected values usually lie within 255 keys (2 octaves of bf16) of the largest, where
-    one 256-bin histogram of the distance to it answers. It costs ~110 instructions per element
-    and thread-register, so it only pays on tiles of <= 16 values per thread; otherwise, or when
-    the K-th lies further down, a 17-step bitwise search (one CTA reduction per step) does.
-    """
-    t = n * 0
-    first = n * 0 + 255
-    if HIST:
-        top = tl.max(tl.where(m, v, 0), axis=0)
-        hist = tl.histogram(tl.minimum(top - tl.where(m, v, top), 255), 256, mask=m)
-        first = tl.min(tl.where(tl.cumsum(hist, axis=0) >= K, tl.arange(0, 256), 256), axis=0)
-        t = tl.where(n >= K, top - first, 0)
-    if (n >= K) & (first >= 255):  # bin 255 also holds everything further down
-        t = _kth_bitwise(v, m, K)
-    return t
-
-
-@triton.jit
-def _kth_bitwise(v, m, K):
-    """The K-th largest of the non-negative int32 ``v[m]`` (at least K masked in) by a 17-step
-    bitwise search, one CTA reduction a step: whatever the spread of the values."""
-    t = tl.sum(m.to(tl.int32), axis=0) * 0  # (a tensor zero: K may be specialized to 1)
-    for b in tl.static_range(16, -1, -1):
-        cand = t | (1 << b)
-        t = tl.where(tl.sum((m & (v >= cand)).to(tl.int32), axis=0) >= K, cand, t)
-    return t
-
-
-@triton.jit
-def _part_bound(v3, K, W: tl.constexpr):
-    """T0 from W parts: ``v3`` [A, W, C] non-negative keys (0 = not valid); part w =
-    ``v3[:, w, :]``, which the callers' layouts put in one warp, so every reduction here but
-    the last runs inside a warp (no CTA barrier). Measured (session 18): T0 of ``_row_kernel``
-    on 2,048 keys 2,000 cycles against 4,550 with ``_kth_largest`` (``scripts/topk_stamps.py``);
-    the same search in ``scripts/topk_kth_probe.py`` 2,900 against 6,250 on 4,096 keys.
-
-    t_w = part w's top minus the smallest distance D <= 255 with q = ceil(K / W) of its keys
-    within D of it (an 8-step binary search; 4-ary steps measured slower from 2,048 keys);
-    T0 = min_w t_w, so at least W q >= K keys are >= T0: a lower bound, a little below the
-    exact K-th (a few % more candidates). Returns 0 when a part has fewer than q valid keys
-    within 255 of its top (short rows, wide value ranges): the caller then takes
-    ``_kth_largest``."""
-    q = (K + W - 1) // W
-    ok = v3 > 0
-    top = tl.max(tl.max(v3, axis=2), axis=0)  # [W]
-    c = tl.sum(tl.sum((ok & (v3 >= (top - 255)[None, :, None])).to(tl.int32), axis=2), axis=0)
-    found = (top > 0) & (c >= q)
-    d = top * 0
-    for b in tl.static_range(7, -1, -1):  # D in [d, d + 2 ** (b + 1))
-        t = top - (d + (1 << b) - 1)
-        c = tl.sum(tl.sum((ok & (v3 >= t[None, :, None])).to(tl.int32), axis=2), axis=0)
-        d += (c < q).to(tl.int32) << b
-    return tl.min(tl.where(found, tl.maximum(top - d, 1), 0), axis=0)
-
-
-@triton.jit
 def _kth_group_max(g_row, n, n_valid, parts, K, SIZE: tl.constexpr):
     """T0 of the row's first ``n`` group maxima, ``n_valid`` of them valid (the others store
     0): with ``parts`` ``_part_bound``, else (or when that has no bound) their exact K-th
@@ -190,18 +130,26 @@ def _kth_group_max(g_row, n, n_valid, parts, K, SIZE: tl.constexpr):
 @triton.jit
 def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK: tl.constexpr,
                    LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
-                   R: tl.constexpr, LOG_R: tl.constexpr):
+                   R: tl.constexpr, LOG_R: tl.constexpr, STRIDED: tl.constexpr):
     """T0 of one row from its group maxima (``_kth_group_max``; 1 = every valid element a
     candidate when fewer than K groups are valid). ``listed``: the row is collected from
     segment lists (``_listed``), which take the exact K-th group maximum."""
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     s = _level(len_e, TARGET, LMAX)
-    folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
-    span = tl.where(folded, R * CHUNK, CHUNK)
-    per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)
-    n_groups = ((len_e + span - 1) // span) * per_span
-    # valid: those whose first element (span start + b, b < per_span) is inside the length
-    n_valid = (len_e // span) * per_span + tl.minimum(per_span, len_e % span)
+    if STRIDED:  # as in _group_max_kernel: u units of one chunk, groups at level lvl
+        n_p, u, lvl = _strided_units(len_e, cols, CHUNK, R, TARGET, LMAX)
+        per = (s * 0 + CHUNK) >> lvl
+        n_groups = u * per
+        # valid: the full chunks' groups, and of the last unit those whose element b is
+        full = tl.minimum(n_p, len_e // CHUNK)
+        n_valid = full * per + tl.where(u > full, tl.minimum(per, len_e % CHUNK), 0)
+    else:
+        folded = s >= LOG_R  # as in _group_max_kernel: spans of R chunks, or single chunks
+        span = tl.where(folded, R * CHUNK, CHUNK)
+        per_span = (s * 0 + CHUNK) >> tl.where(folded, s - LOG_R, s)
+        n_groups = ((len_e + span - 1) // span) * per_span
+        # valid: those whose first element (span start + b, b < per_span) is inside the length
+        n_valid = (len_e // span) * per_span + tl.minimum(per_span, len_e % span)
     g_row = gmax_ptr + row.to(tl.int64) * stride_g
     # T0 by parts (_part_bound) unless the row is listed: its T0, a little lower, lets more
     # segments into the lists (measured, session 18: +5 to +13 µs at 48-64 rows x 256K-1M
@@ -294,6 +242,36 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
 
 
 @triton.jit
+def _fold_strided(x_row, p, n_p, len_e, s_row, R: tl.constexpr, CHUNK: tl.constexpr,
+                  NSEG: tl.constexpr, SEGS: tl.constexpr):
+    """Elementwise maximum of chunks p, p + n_p, ... (R of them, those inside the length) of
+    a strided-fold program, one chunk a load, storing each chunk's segment maxima on the way:
+    ``[NSEG, CHUNK / NSEG]``."""
+    acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
+    for r in range(R):
+        c = p + r * n_p
+        if c * CHUNK < len_e:
+            if (c + 1) * CHUNK <= len_e:
+                v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)
+            else:
+                v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, True)
+            if SEGS:
+                _store_segments(v, s_row, c, len_e, CHUNK, NSEG)
+            acc = _max_nan(acc, _vmax(v, 0))
+    return acc
+
+
+@triton.jit
+def _strided_units(len_e, cols, CHUNK: tl.constexpr, R: tl.constexpr, TARGET: tl.constexpr,
+                   LMAX: tl.constexpr):
+    """A strided-fold row: (programs a row n_p, programs holding data u = min(n_p, chunks
+    inside the length), the group level of u units of CHUNK elements)."""
+    n_p = ((cols + CHUNK - 1) // CHUNK + R - 1) // R
+    u = tl.minimum(n_p, (len_e + CHUNK - 1) // CHUNK)
+    return n_p, u, _level(u * CHUNK, TARGET, LMAX)
+
+
+@triton.jit
 def _store_groups(v, g_ptr, unit, start, len_e, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
     """Store the level-``lvl`` group maxima of ``v`` ([CHUNK] values of the unit starting at
     element ``start``) as key1 at ``g_ptr + unit * (CHUNK >> lvl)``. Level l group b is the
@@ -312,13 +290,17 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
                       stride_x, stride_g, stride_s, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, STAGES: tl.constexpr,
-                      NSEG: tl.constexpr, SEGS: tl.constexpr, FUSE: tl.constexpr,
-                      PDL: tl.constexpr):
+                      STRIDED: tl.constexpr, NSEG: tl.constexpr, SEGS: tl.constexpr,
+                      FUSE: tl.constexpr, PDL: tl.constexpr):
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
     # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
     # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
-    # CHUNK), so the level reduction runs once per R chunks. FUSE: the row's last program to
-    # finish (an atomic ticket) computes the threshold, saving the separate threshold launch.
+    # CHUNK), so the level reduction runs once per R chunks. STRIDED (``config.strided_fold``):
+    # program p folds chunks p, p + n_p, ... instead of p R .. p R + R - 1, one chunk a load
+    # (63 registers against 96: one wave), every row whatever its length; its groups are
+    # those of one chunk at the level of the u programs holding data (``_strided_units``).
+    # FUSE: the row's last program to finish (an atomic ticket) computes the threshold,
+    # saving the separate threshold launch.
     if PDL:  # the logits and lengths are the previous kernel's; the workspace its last reader's
         _pdl_enter()
     row = tl.program_id(0)
@@ -330,7 +312,13 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
     g_ptr = gmax_ptr + row.to(tl.int64) * stride_g
     s_row = smax_ptr + row.to(tl.int64) * stride_s
-    if s >= LOG_R:
+    if STRIDED:
+        n_p, u, lvl = _strided_units(len_e, cols, CHUNK, R, TARGET, LMAX)
+        if p < u:
+            acc = _fold_strided(x_row, p, n_p, len_e, s_row, R, CHUNK, NSEG, SEGS)
+            _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * CHUNK, len_e, lvl, CHUNK,
+                          LMAX)
+    elif s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
                 acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, False, SEGS)
@@ -358,7 +346,8 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
         if ticket == tl.num_programs(1) - 1:
             tl.store(tick_ptr + row, 0)
             tl.store(thr_ptr + row, _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols,
-                                                   K, 0, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R))
+                                                   K, 0, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R,
+                                                   STRIDED))
             tl.store(cnt_ptr + row, 0)
 
 
@@ -366,9 +355,9 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
 def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_ptr, rcnt_ptr,
                       stride_g, stride_s, stride_r, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
-                      R: tl.constexpr, LOG_R: tl.constexpr, NSEG: tl.constexpr,
-                      RS: tl.constexpr, LIST: tl.constexpr, P: tl.constexpr,
-                      PDL: tl.constexpr):
+                      R: tl.constexpr, LOG_R: tl.constexpr, STRIDED: tl.constexpr,
+                      NSEG: tl.constexpr, RS: tl.constexpr, LIST: tl.constexpr,
+                      P: tl.constexpr, PDL: tl.constexpr):
     """Grid (rows, regions): T0 of row ``program_id(0)`` (every program whose region holds
     segments of the row computes it; region 0 stores it and resets the candidate counter).
     LIST (folded grids), for a row of more than P chunks (``_listed``): program c also lists,
@@ -389,7 +378,7 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
             smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i,
                            mask=(i < n_seg) & (listed == 1), other=0)
         t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK, LMAX,
-                            TARGET, GROUPS, R, LOG_R)
+                            TARGET, GROUPS, R, LOG_R, STRIDED)
         if c == 0:
             tl.store(thr_ptr + row, t0)
             tl.store(cnt_ptr + row, 0)
@@ -619,58 +608,6 @@ def _place_onchip(gt, tie, need, idx, rank, span, cc, n, o_ptr, K):
 
 
 @triton.jit
-def _kth_above(v, m, n, t0, K, HIST: tl.constexpr):
-    """(tau, need) of the n candidate keys ``v[m]``, all >= ``t0`` (T0): tau = their K-th
-    largest (0 when n < K) and need = K - #{v > tau}, the ties at tau to keep (K - n when
-    n < K).
-
-    HIST: one 256-bin histogram of v - t0. The K-th usually lies a few keys above T0, and the
-    count above tau is read from the same bins: no CTA maximum and no count afterwards, two
-    CTA reductions fewer than ``_kth_largest`` (whose histogram sits below the maximum). The
-    K-th 255 or more keys above t0 (top values lumped in few groups), or no HIST:
-    ``_kth_largest`` and a count."""
-    tau = n * 0
-    need = K - n
-    found = n < K
-    if HIST:
-        b = tl.arange(0, 256)
-        h = tl.histogram(tl.minimum(v - t0, 255), 256, mask=m)
-        at_least = tl.cumsum(h, axis=0, reverse=True)  # #{v >= t0 + b}
-        above = at_least - h
-        # the one bin where the count reaches K (above < 2**20: at most CAP candidates)
-        hit = tl.max(tl.where((at_least >= K) & (above < K), (b << 20) | above, -1), axis=0)
-        found = found | ((hit >= 0) & ((hit >> 20) < 255))
-        tau = tl.where(n < K, 0, t0 + (hit >> 20))
-        need = tl.where(n < K, K - n, K - (hit & 0xFFFFF))
-    if not found:
-        tau = _kth_largest(v, m, n, K, HIST)
-        need = K - tl.sum((m & (v > tau)).to(tl.int32), axis=0)
-    return tau, need
-
-
-@triton.jit
-def _write_kept(gt, tie, need, col, n, o_ptr, K):
-    """The selection's output from entries in column order (n live; tau the K-th largest, or
-    0 with fewer than K): ``_store_kept``, ``before`` from one prefix sum of the packed counts
-    (entries < 2**16)."""
-    w = gt.to(tl.int32) + (tie.to(tl.int32) << 16)
-    _store_kept(gt, tie, need, tl.cumsum(w, axis=0) - w, col, n, o_ptr, K)
-
-
-@triton.jit
-def _store_kept(gt, tie, need, before, col, n, o_ptr, K):
-    """Store ``col`` of every ``gt`` entry and of the ties (``tie``) with fewer than ``need``
-    ties ahead, each at its place in column order, then -1 from the kept count (K, or n when
-    n < K) up to K. ``before``: the gt and tie entries ahead of each in column order, packed
-    ``gt | ties << 16`` (``_write_kept``: a prefix sum; ``_place_onchip``: gathered)."""
-    b_tie = before >> 16
-    keep = gt | (tie & (b_tie < need))
-    tl.store(o_ptr + (before & 0xFFFF) + tl.minimum(b_tie, need), col, mask=keep)
-    i = tl.arange(0, gt.shape[0])
-    tl.store(o_ptr + i, -1, mask=(i >= tl.minimum(n, K)) & (i < K))
-
-
-@triton.jit
 def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr):
     """Exact selection when the candidate buffer overflowed (heavy ties, adversarial rows).
 
@@ -789,7 +726,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
     lp = list_programs(rows)
     common = dict(CHUNK=cfg.chunk)
-    spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r)
+    spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r,
+                 STRIDED=strided_fold(rows, n_chunks))
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,
