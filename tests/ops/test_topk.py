@@ -225,6 +225,27 @@ def test_fallback_path_is_exercised(path, device, monkeypatch):
     assert got.cpu()[0].tolist() == list(range(k - 1)) + [cols - 5]
 
 
+def test_select_tile_sizes(device, monkeypatch):
+    """The select takes the smallest tile that holds a row's candidates: ``small``, twice that
+    (on-chip placing where it is below ``cap``) or ``cap``. Rows of one repeated value (every
+    valid element ties at T0, so the candidates are the row's length) put a row in each, with
+    a few larger values at random places ahead of the ties."""
+    force_path(monkeypatch, "chunks")
+    k = 16
+    cfg = TopkConfig.pick(k)
+    lens = torch.tensor([cfg.small - 3, cfg.small + 5, 2 * cfg.small, 2 * cfg.small + 1,
+                         cfg.cap], dtype=torch.int32)
+    cols = cfg.cap + 64
+    gen = torch.Generator().manual_seed(23)
+    x = torch.full((lens.numel(), cols), -2.5, dtype=BF16)
+    for r, n in enumerate(lens.tolist()):
+        x[r, torch.randperm(n, generator=gen)[:5]] = 7.0
+    ws = make_topk_workspace(lens.numel(), k, device)
+    got = decode_topk(make_padded(x.to(device)), lens.to(device), k, workspace=ws)
+    assert torch.equal(ws.cnt[: lens.numel()].cpu(), lens), "every valid element a candidate"
+    assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
+
+
 def _part_bound_ref(v: torch.Tensor, k: int) -> int:
     """``_kth._part_bound``'s definition on the [SIZE] keys v (0 = not valid), parts of
     ``[SIZE / 1024, 8, 128]``: each part's ceil(k / 8)-th largest key, the least of the eight,
@@ -718,7 +739,8 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
             CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, **common), 4, pdl,
             K.COLLECT_MAXNREG)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
-        NCH=c.max_chunks, SMALL=c.small, CAP=c.cap, SCAN=2048, NSEG=NSEG, LIST=1, NR=8,
+        NCH=c.max_chunks, SMALL=c.small, MID=min(2 * c.small, c.cap), CAP=c.cap, SCAN=2048,
+        NSEG=NSEG, LIST=1, NR=8,
         CHUNK=c.chunk, P=64), 8)
 from dsv4_decode.ops.topk import _radix as RX
 for block in (8, 2, 64):

@@ -646,12 +646,20 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
 
 
 @triton.jit
+def _select_loaded(b_ptr, n, cc, t0, sc_ptr, o_ptr, K, SIZE: tl.constexpr):
+    """``_select_tile`` on the row's first ``n`` buffer entries (``b_ptr``) as a SIZE tile."""
+    c = tl.arange(0, SIZE)
+    w = tl.load(b_ptr + c, mask=c < n, other=0)
+    _select_tile(w.to(tl.int32), (w >> 32).to(tl.int32), n, cc, t0, sc_ptr, o_ptr, K, SIZE)
+
+
+@triton.jit
 def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_ptr,
                    rcnt_ptr, out_ptr, stride_x, stride_b, stride_cc, stride_r, stride_o, cols,
                    n_chunks, n_reg, K, NCH: tl.constexpr, NSEG: tl.constexpr, LIST: tl.constexpr,
                    NR: tl.constexpr, CHUNK: tl.constexpr, P: tl.constexpr,
-                   SMALL: tl.constexpr, CAP: tl.constexpr, SCAN: tl.constexpr,
-                   PDL: tl.constexpr):
+                   SMALL: tl.constexpr, MID: tl.constexpr, CAP: tl.constexpr,
+                   SCAN: tl.constexpr, PDL: tl.constexpr):
     if PDL:
         _pdl_enter()
     row = tl.program_id(0)
@@ -674,10 +682,16 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_pt
         _select_tile(v.to(tl.int32), (v >> 32).to(tl.int32), n, cc, t0, sc_ptr + b_off, o_ptr, K,
                      SMALL)
     elif n <= CAP:
-        c = tl.arange(0, CAP)
-        w = tl.load(cbuf_ptr + b_off + c, mask=c < n, other=0)
-        _select_tile(w.to(tl.int32), (w >> 32).to(tl.int32), n, cc, t0, sc_ptr + b_off, o_ptr,
-                     K, CAP)
+        # a row past SMALL takes the smallest tile that holds it: 2 x SMALL slots are still
+        # placed on chip at k = 512, where the 4,096-slot tile goes through global scratch
+        # (session 23: one such row of 1,058 candidates held 64 x 512K 1/8 for 16,500 cycles)
+        if MID < CAP:
+            if n <= MID:
+                _select_loaded(cbuf_ptr + b_off, n, cc, t0, sc_ptr + b_off, o_ptr, K, MID)
+            else:
+                _select_loaded(cbuf_ptr + b_off, n, cc, t0, sc_ptr + b_off, o_ptr, K, CAP)
+        else:
+            _select_loaded(cbuf_ptr + b_off, n, cc, t0, sc_ptr + b_off, o_ptr, K, CAP)
     else:
         x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
@@ -755,5 +769,6 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=nch,
-        NSEG=NSEG, LIST=lst, P=lp, SMALL=cfg.small, CAP=cfg.cap, SCAN=2048,
+        NSEG=NSEG, LIST=lst, P=lp, SMALL=cfg.small, MID=min(2 * cfg.small, cfg.cap), CAP=cfg.cap,
+        SCAN=2048,
         num_warps=WARPS["select"], **regions, **common, **dep)
