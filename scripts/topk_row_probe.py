@@ -60,8 +60,8 @@ def runner(name):
     if name in ("chunks-strided", "chunks-spans"):  # every folded grid one way
         mod = load_source(open(_triton.__file__).read(), "topk_" + name[7:],
                           "dsv4_decode.ops.topk")
-        mod.strided_fold = lambda rows, n_chunks: (name == "chunks-strided"
-                                                   and span_log2(rows, n_chunks) > 0)
+        mod.strided_fold = lambda rows, n_chunks, k: (name == "chunks-strided"
+                                                      and span_log2(rows, n_chunks) > 0)
         return mod.launch
     if name == "rowstagger":
         return load_source(patch(open(_row.__file__).read(), STAGGER), "topk_row_stagger",

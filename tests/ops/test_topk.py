@@ -302,7 +302,7 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
 
     force_path(monkeypatch, "chunks")
     if folded:  # as test_folded_spans: 2 collect programs a row, regions of 32 segments
-        monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks: folded == "strided")
+        monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: folded == "strided")
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
         monkeypatch.setattr(_triton, "LIST_REGION", 32)
         monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
@@ -346,7 +346,7 @@ def test_folded_spans(log_r, strided, device, monkeypatch):
 
     force_path(monkeypatch, "chunks")
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
-    monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks: strided)
+    monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks, k: strided)
     monkeypatch.setattr(_triton, "LIST_REGION", 32)
     monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)
     gen = torch.Generator().manual_seed(log_r)
@@ -639,7 +639,7 @@ def test_gpu_fused_threshold(rows, cols, k):
 
 
 GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (64, 65536), (64, 524288),
-              (64, 1048576), (3, 1), (5, 777), (4, 100003)]  # 64 x 512K: the strided fold
+              (64, 1048576), (3, 1), (5, 777), (4, 100003)]  # 64 x 512K, k = 512: the strided fold
 
 
 @pytest.mark.gpu

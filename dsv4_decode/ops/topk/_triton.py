@@ -8,8 +8,9 @@ before the call):
 1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row; the maxima of strided
    groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level) at the
    level the row's length selects, so a row has ``target .. 2*target`` groups; a program first
-   folds R chunks elementwise (``config.span_log2``). Fused: the row's last program (atomic
-   ticket) runs step 2.
+   folds R chunks elementwise (``config.span_log2``): chunks p R .. p R + R - 1, or on the
+   grids ``config.strided_fold`` picks chunks p, p + n_p, ... Fused: the row's last program
+   (atomic ticket) runs step 2.
 2. ``_row_threshold`` (fused into kernel 1, else ``_threshold_kernel`` grid (rows, regions)):
    T0 = a value at least k group maxima reach: ``_part_bound`` (each warp's own k/8-th
    largest, the least of the eight: reductions inside warps) unless the row is listed (3.),
@@ -24,8 +25,9 @@ before the call):
    element, ``_at_least_t0``) to the row's candidate buffer (its bf16 bits, and its index with
    its rank inside its span), one atomic a span; stores each span's candidate count and
    buffer base.
-4. ``_select_kernel``     grid (rows,): finds the exact k-th largest candidate key (a
-   histogram of key1 - T0, ``_kth_above``) and writes the selected indices in ascending order
+4. ``_select_kernel``     grid (rows,): in the smallest tile that holds the row's candidates
+   (``small``, twice that, ``cap``) finds the exact k-th largest candidate key (a histogram
+   of key1 - T0, ``_kth_above``) and writes the selected indices in ascending order
    (deterministic whatever order the atomics gave). Above ``cap`` candidates (heavy ties,
    adversarial rows) it selects exactly by counting scans over the row in one CTA: slow, but
    exact and deterministic.
@@ -741,7 +743,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     lp = list_programs(rows)
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r,
-                 STRIDED=strided_fold(rows, n_chunks))
+                 STRIDED=strided_fold(rows, n_chunks, k))
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,

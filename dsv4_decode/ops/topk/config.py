@@ -99,16 +99,19 @@ def span_log2(rows: int, n_chunks: int) -> int:
 # Folded grids of at least STRIDED_PROGRAMS chunk programs on rows of at most 256 chunks (512K
 # columns) fold strided (``_triton._group_max_kernel``'s STRIDED: program p takes chunks p,
 # p + n_p, ..., one chunk a load, 63 registers against 96, so the group maxima run in one wave).
-# Session 23 (runs 1-2, ``scripts/topk_row_probe.py --variants chunks,chunks-strided``, µs,
-# same process): 64 x 512K all 45.2 / 44.9 -> 43.3 / 42.8 (the goal, 44.7, met), 1/8 18.7 ->
-# 23.5 (goal 35.0); at 48 x 512K +0.2 / +0.3; 64 x 256K all -1.1 but 1/8 +3.7; on 1M rows all
-# valid +1.3 to +3.8 (the pipelined fold's chunks in flight lost).
+# Session 23 (run 7, ``scripts/topk_row_probe.py --variants chunks-spans,chunks-strided``,
+# µs, same process, after the select's middle tile): 64 x 512K all 44.4 -> 42.7 (the goal,
+# 44.7, met), 1/8 18.5 -> 20.7 (goal 35.0); 64 x 256K all -1.4 but 1/8 +2.4 (goal 19.6);
+# 48 x 256K-512K within 0.1 but 48 x 256K 1/8 +1.2; 1M rows 1/8 -1.0 / -2.0 at 64 / 48 rows,
+# all valid +1.3 to +3.8 (runs 1-2: the pipelined fold's chunks in flight lost). At k = 2,048
+# (run 8) 64 x 512K 1/8 25.1 -> 32.1 (all valid -0.7, run 3 against session 22's bench). So
+# only at k <= 512, where it turns a goal cell.
 STRIDED_PROGRAMS = 16384
 
 
-def strided_fold(rows: int, n_chunks: int) -> bool:
+def strided_fold(rows: int, n_chunks: int, k: int) -> bool:
     """Whether plain mode's group maxima fold chunks strided (see ``STRIDED_PROGRAMS``)."""
-    return (span_log2(rows, n_chunks) > 0 and n_chunks <= 256
+    return (k <= 512 and span_log2(rows, n_chunks) > 0 and n_chunks <= 256
             and rows * n_chunks >= STRIDED_PROGRAMS)
 
 
