@@ -253,14 +253,22 @@ def _fold_strided(x_row, p, n_p, len_e, s_row, R: tl.constexpr, CHUNK: tl.conste
     for r in range(R):
         c = p + r * n_p
         if c * CHUNK < len_e:
-            if (c + 1) * CHUNK <= len_e:
-                v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)
-            else:
-                v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, True)
-            if SEGS:
-                _store_segments(v, s_row, c, len_e, CHUNK, NSEG)
-            acc = _max_nan(acc, _vmax(v, 0))
+            acc = _max_nan(acc, _vmax(_one_chunk(x_row, c, len_e, s_row, CHUNK, NSEG, SEGS), 0))
     return acc
+
+
+@triton.jit
+def _one_chunk(x_row, c, len_e, s_row, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+               SEGS: tl.constexpr):
+    """Chunk c's values (``_chunk_values``; masked only where the length cuts it), its segment
+    maxima stored when SEGS."""
+    if (c + 1) * CHUNK <= len_e:
+        v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)
+    else:
+        v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, True)
+    if SEGS:
+        _store_segments(v, s_row, c, len_e, CHUNK, NSEG)
+    return v
 
 
 @triton.jit
@@ -332,12 +340,7 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
         for r in range(R):
             c = p * R + r
             if c * CHUNK < len_e:
-                if (c + 1) * CHUNK <= len_e:
-                    v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)
-                else:
-                    v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, True)
-                if SEGS:
-                    _store_segments(v, s_row, c, len_e, CHUNK, NSEG)
+                v = _one_chunk(x_row, c, len_e, s_row, CHUNK, NSEG, SEGS)
                 _store_groups(tl.reshape(v, [CHUNK]), g_ptr, c, c * CHUNK, len_e, s, CHUNK, LMAX)
     if FUSE:
         # Every thread's maxima are stored before the ticket (CTA barrier, then the ticket's
