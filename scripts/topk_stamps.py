@@ -1,9 +1,11 @@
 """Probe: where a plain-mode top-k call spends its time, from timer stamps (one Hopper GPU).
 
     PYTHONPATH=. python3 scripts/topk_stamps.py [ROWSxCOLSxVALID ...] [--k 512] [--phases]
+        [--triton PATH]
 
-Patched copies of ``ops/topk/_triton.py`` and ``_row.py`` (``utils.module_copy.patch``: a
-missing anchor fails loudly) take a stamp buffer first. In every kernel each CTA takes the
+Patched copies of ``ops/topk/_triton.py`` (or of ``--triton PATH``, another ``_triton.py``: a
+probe variant, an earlier commit's) and ``_row.py`` (``utils.module_copy.patch``: a missing
+anchor fails loudly) take a stamp buffer first. In every kernel each CTA takes the
 ``%globaltimer`` at its entry, after its dependent-launch wait and at its end, kept per kernel
 as the earliest and latest over the CTAs (atomic min / max). A CUDA graph of 20 calls (each
 call its own slots, as the bench's graph) is replayed; the line per cell and path gives, as
