@@ -103,7 +103,7 @@ def span_log2(rows: int, n_chunks: int) -> int:
 # µs, same process, after the select's middle tile): 64 x 512K all 44.4 -> 42.7 (the goal,
 # 44.7, met), 1/8 18.5 -> 20.7 (goal 35.0); 64 x 256K all -1.4 but 1/8 +2.4 (goal 19.6);
 # 48 x 256K-512K within 0.1 but 48 x 256K 1/8 +1.2; 1M rows 1/8 -1.0 / -2.0 at 64 / 48 rows,
-# all valid +1.3 to +3.8 (runs 1-2: the pipelined fold's chunks in flight lost). At k = 2,048
+# all valid +0.8 to +3.8 (runs 1-2: the pipelined fold's chunks in flight lost). At k = 2,048
 # (run 8) 64 x 512K 1/8 25.1 -> 32.1 (all valid -0.7, run 3 against session 22's bench). So
 # only at k <= 512, where it turns a goal cell.
 STRIDED_PROGRAMS = 16384
