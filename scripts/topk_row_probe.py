@@ -2,7 +2,7 @@
 against the four-launch pipeline (``_triton``), same inputs, one process (one GPU).
 
     PYTHONPATH=. python3 scripts/topk_row_probe.py [ROWSxCOLSxVALID ...] [--k 2048]
-        [--variants chunks,row-16-8192,row-8-8192]
+        [--variants chunks,row-16-8192,row-8-8192] [--kernels]
 
 A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``; ``rowstagger``
 runs a patched copy of ``_row`` whose row r folds its tiles from tile r mod n_t (session 18's
@@ -14,7 +14,8 @@ four launches of another ``_triton.py`` (an earlier commit's: ``git show
 REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
 another ``_row.py``. Each cell
 is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
-as ``bench topk``), after every variant's output was compared bitwise with the first's.
+as ``bench topk``), after every variant's output was compared bitwise with the first's;
+``--kernels`` then prints each variant's per-kernel profiler table (``bench.kernels``).
 Cells default to the bench's 64K and 256K cells. Prints one line a cell.
 """
 
@@ -23,6 +24,7 @@ import sys
 import torch
 
 from dsv4_decode.bench import topk as TB
+from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
 from dsv4_decode.ops.topk.config import span_log2
@@ -78,7 +80,7 @@ def runner(name):
     return launch
 
 
-def cell(variants, rows, cols, valid, k) -> None:
+def cell(variants, rows, cols, valid, k, kernels=False) -> None:
     xs, lens, _ = TB._inputs(rows, cols, valid)
     ws = make_topk_workspace(rows, k, "cuda")
     outs = [torch.empty(rows, k, dtype=torch.int32, device="cuda") for _ in variants]
@@ -99,6 +101,10 @@ def cell(variants, rows, cols, valid, k) -> None:
     cols_txt = "  ".join(f"{n} {a:6.2f}/{b:6.2f}" for n, a, b in zip(variants, *t, strict=True))
     print(f"{rows}x{cols}x{valid} k{k}: {cols_txt}  {'same' if same else 'DIFFERENT'}",
           flush=True)
+    if kernels:  # the profiler's per-kernel table of each variant (as bench topk --kernels)
+        for v, name in enumerate(variants):
+            print(kernel_table(make_fn(v), 20).format(f"{rows}x{cols}x{valid} k{k} {name}"),
+                  flush=True)
 
 
 def main(argv) -> None:
@@ -111,10 +117,12 @@ def main(argv) -> None:
         i = argv.index("--variants")
         variants = argv[i + 1].split(",")
         argv = argv[:i] + argv[i + 2:]
+    kernels = "--kernels" in argv
+    argv = [a for a in argv if a != "--kernels"]
     cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or CELLS
     print(torch.cuda.get_device_name())
     for rows, cols, valid in cells:
-        cell(variants, rows, cols, valid, k)
+        cell(variants, rows, cols, valid, k, kernels)
 
 
 if __name__ == "__main__":
