@@ -1,7 +1,8 @@
 """Probe: the MoE layer's time (CUDA-graph replay, as ``bench moe``) for ``MoEConfig`` variants
-around ``pick_config``'s choice, at TP=4 shapes. No CSV: it prints one line a row count.
+around ``pick_config``'s choice, at TP=4 shapes (``--tp1``: TP=1's, I = 2304). No CSV: it
+prints one line a row count.
 
-    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | tiles | layout]
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | tiles | layout] [--tp1]
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
@@ -39,8 +40,8 @@ from dsv4_decode.ops.moe import (
 )
 
 
-def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
-    pick = pick_config(rows, 6, True, 576)
+def variants(rows: int, mode: str = "", inter: int = 576) -> dict[str, MoEConfig]:
+    pick = pick_config(rows, 6, True, inter)
     out = {"pick": pick}
     if mode == "tiles":  # routing-record tiles (the MMA width) of 16 against the default 8
         return {"pick": pick, "tile16": dataclasses.replace(pick, block_m=16)}
@@ -70,9 +71,9 @@ def variants(rows: int, mode: str = "") -> dict[str, MoEConfig]:
     return {k: v for k, v in out.items() if k == "pick" or v != pick}
 
 
-def main(rows_list: list[int], mode: str = "") -> None:
+def main(rows_list: list[int], mode: str = "", inter: int = 576) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
-    layer = B.Layer(384, 576, gen)
+    layer = B.Layer(384, inter, gen)
     if mode == "layout":  # the same bank with W2 row-major (the kernels read it by its rank)
         rows_w2 = repack_mxfp4(layer.w2)
         row_major = [dataclasses.replace(p, w2=rows_w2) for p in layer.prepared]
@@ -83,14 +84,15 @@ def main(rows_list: list[int], mode: str = "") -> None:
         out = torch.empty(rows, B.D, dtype=torch.bfloat16, device="cuda")
         res, first = [], {}
         if mode == "layout":
-            pick = pick_config(rows, 6, True, 576)
+            pick = pick_config(rows, 6, True, inter)
             runs = [("pick", pick, layer.prepared), ("w2_rowmajor", pick, row_major)] * 2
         else:
-            runs = [(name, cfg, layer.prepared) for name, cfg in variants(rows, mode).items()]
+            runs = [(name, cfg, layer.prepared)
+                    for name, cfg in variants(rows, mode, inter).items()]
             if mode == "tiles":  # alternated: pick, tile16, pick, tile16
                 runs = runs + runs
         for name, cfg, bank in runs:
-            ws = alloc_moe_workspace(rows, 6, B.D, 576, "cuda", cfg)
+            ws = alloc_moe_workspace(rows, 6, B.D, inter, "cuda", cfg)
             if cfg.block_m not in routings:
                 routings[cfg.block_m] = alloc_routing(rows, 6, 384, B.D, "cuda",
                                                       block_m=cfg.block_m)
@@ -118,5 +120,6 @@ def main(rows_list: list[int], mode: str = "") -> None:
 
 
 if __name__ == "__main__":
-    main([int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,6,12,48").split(",")],
-         sys.argv[2] if len(sys.argv) > 2 else "")
+    args = [a for a in sys.argv[1:] if a != "--tp1"]
+    main([int(r) for r in (args[0] if args else "1,6,12,48").split(",")],
+         args[1] if len(args) > 1 else "", 2304 if "--tp1" in sys.argv else 576)

@@ -4,10 +4,8 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
     PYTHONPATH=. python3 scripts/topk_row_probe.py [ROWSxCOLSxVALID ...] [--k 2048]
         [--variants chunks,row-16-8192,row-8-8192] [--kernels]
 
-A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``; ``rowstagger``
-runs a patched copy of ``_row`` whose row r folds its tiles from tile r mod n_t (session 18's
-prepared change for the fold's growth from 20 rows, docs/kernels/topk.md; measured slower in
-session 19); ``chunks-strided`` / ``chunks-spans`` the four launches with every folded grid's
+A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``;
+``chunks-strided`` / ``chunks-spans`` the four launches with every folded grid's
 group maxima folded strided (program p folds chunks p, p + n_p, ...) / in spans of R chunks,
 whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``file:PATH`` the
 four launches of another ``_triton.py`` (an earlier commit's: ``git show
@@ -28,27 +26,10 @@ from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
 from dsv4_decode.ops.topk.config import span_log2
-from dsv4_decode.utils.module_copy import load_file, load_source, patch
+from dsv4_decode.utils.module_copy import load_file, load_source
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
          for r in (1, 6, 12, 24, 48, 64)]
-
-
-STAGGER = [  # (anchor, replacement) on _row.py: row r folds tiles r mod n_t, r + 1 mod n_t, ...
-    ("@triton.jit\ndef _values(",
-     "@triton.jit\ndef _rotated(i, t0, n_t):\n"
-     "    return tl.where(i < n_t, (t0 + i) % tl.maximum(n_t, 1), i)\n\n\n"
-     "@triton.jit\ndef _values("),
-    ("    u0 = _tile(x_row, 0, len_e, TILE)\n    u_n = _tile(x_row, 1, len_e, TILE)\n"
-     "    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n    t = 1\n",
-     "    t0 = row % tl.maximum(n_t, 1)\n    u0 = _tile(x_row, t0, len_e, TILE)\n"
-     "    u_n = _tile(x_row, _rotated(1, t0, n_t), len_e, TILE)\n"
-     "    acc = _fold(x_row, s_row, t0, u0, len_e, TILE)\n    t = 1\n"),
-    ("        u_n = _tile(x_row, t + 1, len_e, TILE)\n"
-     "        acc = _max_nan(acc, _fold(x_row, s_row, t, u, len_e, TILE))\n",
-     "        u_n = _tile(x_row, _rotated(t + 1, t0, n_t), len_e, TILE)\n"
-     "        acc = _max_nan(acc, _fold(x_row, s_row, _rotated(t, t0, n_t), u, len_e, TILE))\n"),
-]
 
 
 def runner(name):
@@ -65,9 +46,6 @@ def runner(name):
         mod.strided_fold = lambda rows, n_chunks, k: (name == "chunks-strided"
                                                       and span_log2(rows, n_chunks) > 0)
         return mod.launch
-    if name == "rowstagger":
-        return load_source(patch(open(_row.__file__).read(), STAGGER), "topk_row_stagger",
-                           "dsv4_decode.ops.topk").launch
     _, warps, tile = name.split("-")
 
     def launch(*args):

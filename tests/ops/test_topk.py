@@ -330,6 +330,31 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     assert torch.equal(ws.cnt[: x.shape[0]].cpu(), want), (ws.cnt[: x.shape[0]].cpu(), want)
 
 
+@pytest.mark.parametrize("layout", ["row", "chunks", "folded", "strided"])
+def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
+    """Columns at or past a row's length hold NaN (above everything) and the lengths end at
+    every offset inside a 16-byte vector and a bf16 pair (the group maxima fold two columns a
+    word): at k = 1, T0 is the largest group maximum, so one leaked NaN would make it NaN's key
+    and the row would select nothing. Every layout of the group maxima: one CTA a row, chunks
+    unfolded, folded in spans, folded strided."""
+    from dsv4_decode.ops.topk import _triton
+
+    force_path(monkeypatch, "row" if layout == "row" else "chunks")
+    if layout in ("folded", "strided"):
+        monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
+        monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: layout == "strided")
+        monkeypatch.setattr(_triton, "LIST_REGION", 32)
+        monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
+    gen = torch.Generator().manual_seed(24)
+    cols = 9000
+    lens = torch.tensor([1, 2, 3, 2045, 2046, 2047, 2049, 4100, 6143, 8999], dtype=torch.int32)
+    x = make_logits("random", lens.numel(), cols, gen)
+    x[torch.arange(cols)[None, :] >= lens[:, None]] = float("nan")
+    for k in (1, 4):
+        got = decode_topk(make_padded(x.to(device)), lens.to(device), k)
+        assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k)), k
+
+
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("log_r", [1, 2])
 def test_folded_spans(log_r, strided, device, monkeypatch):
@@ -727,7 +752,7 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r,
                      STRIDED=sd)
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}-strided{sd}"] = build(
-            K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse,
+            K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse, TWIN=False,
                                       **spans, **common),
             4)
     for sd in (0, 1):
@@ -757,7 +782,8 @@ from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):
     c = TopkConfig.pick(k)
     out[f"row-k{k}"] = build(RW._row_kernel, dict(
-        TILE=RW.TILE, G=RW.groups(k), SEGS=8192, SMALL=c.small, CAP=c.cap, SCAN=2048), RW.NUM_WARPS)
+        TILE=RW.TILE, G=RW.groups(k), SEGS=8192, SMALL=c.small, CAP=c.cap, SCAN=2048,
+        TWIN=False), RW.NUM_WARPS)
 print(json.dumps(out))
 '''
 

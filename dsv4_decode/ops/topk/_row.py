@@ -6,10 +6,11 @@ boundary (about 2 µs in a dependent-launch chain) for each hand-off between the
 to ``config.ROW_COLS`` columns is little enough work for one CTA, so ``_row_kernel`` runs the
 same algorithm with every hand-off a CTA barrier instead:
 
-1. The row in tiles of ``TILE`` columns (``[TILE / 8, 8]``: 8 consecutive columns a thread
-   row, one 16-byte load), folded elementwise with a NaN-propagating max (columns past the
-   length read -inf), the next tile's loads in flight while one is folded; the key1 maximum
-   of every segment of 8 columns is stored (``smax``).
+1. The row in tiles of ``TILE`` columns (``[TILE / 8, 4]`` words of two bf16: 8 consecutive
+   columns a thread row, one 16-byte load), folded elementwise with a NaN-propagating packed
+   bf16 max (``_triton._wmax2``; columns past the length read -inf), the next tile's loads in
+   flight while one is folded; the key1 maximum of every segment of 8 columns is stored
+   (``smax``).
 2. T0 from ``G`` strided group maxima of the fold (group b = columns b + j * G), as key1; a
    group is valid when b < length. T0 is ``_kth._part_bound`` (each warp's own K/8-th
    largest, the least of the eight), or, when that has no bound, the exact K-th largest. At
@@ -37,7 +38,16 @@ import triton.language as tl
 from dsv4_decode.utils.device import pdl_capable
 
 from ._kth import _kth_above, _kth_largest, _part_bound, _write_kept
-from ._triton import _as_key1, _exact_fallback, _key1, _max_nan, _pdl_enter, _row_length, _vmax
+from ._triton import (
+    _exact_fallback,
+    _key1,
+    _mask_words,
+    _pdl_enter,
+    _row_length,
+    _wmax,
+    _wmax2,
+    _word_key1,
+)
 from .config import ROW_COLS
 
 NUM_WARPS = 8
@@ -52,25 +62,24 @@ def _cols(t, TILE: tl.constexpr):
 
 
 @triton.jit
-def _tile(x_row, t, len_e, TILE: tl.constexpr):
-    """bf16 bit patterns (int16) of tile t. A tile inside the length loads unmasked (no
-    per-element compare); the others are masked per 16 bytes, so up to 7 columns past the
-    length are read (the API checks the storage)."""
-    e = _cols(t, TILE)
-    if (t + 1) * TILE <= len_e:
-        u = tl.load(x_row + e)
-    else:
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
-    return u
+def _words(t, TILE: tl.constexpr):
+    """Word indices (two columns a word, column 2j in the low half) of tile t as
+    [TILE / 8, 4]: a thread row's 8 columns."""
+    return t * (TILE // 2) + tl.arange(0, TILE // 8)[:, None] * 4 + tl.arange(0, 4)[None, :]
 
 
 @triton.jit
-def _values(e, u, len_e, MASKED: tl.constexpr):
-    """fp32 values of a tile, -inf past the length (MASKED; for the fold's max)."""
-    v = u.to(tl.bfloat16, bitcast=True).to(tl.float32)
-    if MASKED:
-        v = tl.where(e < len_e, v, float("-inf"))
-    return v
+def _tile(x_row, t, len_e, TILE: tl.constexpr):
+    """Words of tile t ([TILE / 8, 4] int32). A tile inside the length loads unmasked (no
+    per-element compare); the others are masked per 16 bytes, so up to 7 columns past the
+    length are read (the API checks the storage)."""
+    w = _words(t, TILE)
+    x32 = x_row.to(tl.pointer_type(tl.int32))
+    if (t + 1) * TILE <= len_e:
+        u = tl.load(x32 + w)
+    else:
+        u = tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0)
+    return u
 
 
 @triton.jit
@@ -87,16 +96,17 @@ def _collect(e, key1, t0, kb, base, CAP: tl.constexpr):
 
 
 @triton.jit
-def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr):
-    """fp32 values of tile t (bits ``u``; -inf past the length), storing the key1 maxima of its
-    segments of 8 columns (0 past the length) for ``_collect_listed``."""
+def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr, TWIN: tl.constexpr):
+    """Tile t's words ``u`` with -inf past the length, storing the key1 maxima of its segments
+    of 8 columns (0 past the length) for ``_collect_listed``. The fold's maxima are packed bf16
+    ones (``_triton._wmax``): two columns an instruction."""
     r = t * (TILE // 8) + tl.arange(0, TILE // 8)
     if (t + 1) * TILE <= len_e:  # inside the length: no per-element masks
-        v = _values(_cols(t, TILE), u, len_e, False)
-        tl.store(s_row + r, _as_key1(_vmax(v, 1)))
+        v = u
+        tl.store(s_row + r, _word_key1(_wmax(v, 1, TWIN), TWIN))
     else:
-        v = _values(_cols(t, TILE), u, len_e, True)
-        tl.store(s_row + r, tl.where(r * 8 < len_e, _as_key1(_vmax(v, 1)), 0))
+        v = _mask_words(_words(t, TILE), u, len_e)
+        tl.store(s_row + r, tl.where(r * 8 < len_e, _word_key1(_wmax(v, 1, TWIN), TWIN), 0))
     return v
 
 
@@ -143,7 +153,7 @@ def _select(kb, n, t0, o_ptr, K, SIZE: tl.constexpr):
 def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, out_ptr,
                 stride_x, stride_s, stride_b, stride_o, cols, K, TILE: tl.constexpr,
                 G: tl.constexpr, SEGS: tl.constexpr, SMALL: tl.constexpr, CAP: tl.constexpr,
-                SCAN: tl.constexpr, PDL: tl.constexpr):
+                SCAN: tl.constexpr, TWIN: tl.constexpr, PDL: tl.constexpr):
     if PDL:  # the logits and lengths are the previous kernel's; the buffers its last reader's
         _pdl_enter()
     row = tl.program_id(0)
@@ -155,21 +165,24 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, out_p
     s_row = smax_ptr + row.to(tl.int64) * stride_s
     l_row = list_ptr + row.to(tl.int64) * stride_s
     n_t = (len_e + TILE - 1) // TILE
-    # The fold keeps the next tile's load in flight (measured: neither this nor deeper or
-    # unrolled loads changed a 64K row's time, docs/kernels/topk.md session 17). The first
-    # tile stays in registers: a row of one tile is collected from them.
+    # The fold keeps the next tile's load in flight. Neither deeper register loads (session
+    # 17) nor a cp.async pipeline of 3 tiles (session 24: +1.9 µs a 64K row) made a long row
+    # faster; packed bf16 maxima did (docs/kernels/topk.md). The first tile stays in
+    # registers: a row of one tile is collected from them.
     u0 = _tile(x_row, 0, len_e, TILE)
     u_n = _tile(x_row, 1, len_e, TILE)
-    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)
+    acc = _fold(x_row, s_row, 0, u0, len_e, TILE, TWIN)
     t = 1
     while t < n_t:  # (while loops: the interpreter cannot range over a tensor)
         u = u_n
         u_n = _tile(x_row, t + 1, len_e, TILE)
-        acc = _max_nan(acc, _fold(x_row, s_row, t, u, len_e, TILE))
+        acc = _wmax2(acc, _fold(x_row, s_row, t, u, len_e, TILE, TWIN), TWIN)
         t += 1
-    g = tl.reduce(tl.reshape(acc, [TILE // G, G]), 0, _max_nan)
+    # group b's maximum (columns b + j G): word j of the reduction holds groups 2j and 2j + 1
+    m = _wmax(tl.reshape(acc, [TILE // G, G // 2]), 0, TWIN)
     b = tl.arange(0, G)
-    gk = tl.where(b < len_e, _as_key1(g), 0)
+    gk = tl.reshape(tl.join(_key1(m & 0xFFFF), _key1((m >> 16) & 0xFFFF)), [G])
+    gk = tl.where(b < len_e, gk, 0)
     # T0 by parts: warp w holds groups G / 8 w .. (8 a thread), so each part's reductions
     # stay in its warp (_part_bound); the exact K-th when a part has no bound
     t0 = _part_bound(tl.reshape(gk, [1, PARTS, G // PARTS]), K, PARTS)
@@ -177,7 +190,8 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, out_p
         t0 = tl.maximum(_kth_largest(gk, gk > 0, tl.minimum(len_e, G), K, G <= 4096), 1)
     if n_t <= 1:
         e = _cols(0, TILE)
-        key1 = tl.where(e < len_e, _key1(u0.to(tl.int32) & 0xFFFF), 0)
+        u = tl.reshape(tl.join(u0 & 0xFFFF, (u0 >> 16) & 0xFFFF), [TILE // 8, 8])
+        key1 = tl.where(e < len_e, _key1(u), 0)
         n = _collect(e, key1, t0, kb, len_e * 0, CAP)
     else:
         n = _collect_listed(x_row, s_row, l_row, len_e, t0, kb, TILE, SEGS, CAP)
@@ -212,4 +226,5 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
         x16, lengths, ws.smax, ws.seglist, ws.cnt, kb, out, x16.stride(0),
         ws.smax.stride(0), kb.stride(0), out.stride(0), cols, k, TILE=TILE, G=groups(k),
         SEGS=triton.next_power_of_2(triton.cdiv(cols, 8)), SMALL=cfg.small, CAP=cfg.cap,
-        SCAN=2048, PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
+        SCAN=2048, TWIN=not x16.is_cuda, PDL=pdl, num_warps=NUM_WARPS,
+        **({"launch_pdl": True} if pdl else {}))

@@ -5,7 +5,8 @@ once, every length read on the device; on sm_90+ each is a programmatic dependen
 waits at its start (``_pdl_enter``; the collect first loads its chunk of the logits, written
 before the call):
 
-1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row; the maxima of strided
+1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row, as words of two bf16
+   folded by packed maxima (``_bmax2``); the maxima of strided
    groups (group b of a chunk = elements b, b + g, b + 2g, ... with g = chunk >> level) at the
    level the row's length selects, so a row has ``target .. 2*target`` groups; a program first
    folds R chunks elementwise (``config.span_log2``): chunks p R .. p R + R - 1, or on the
@@ -178,96 +179,147 @@ def _listed(len_e, CHUNK: tl.constexpr, P: tl.constexpr):
     return ((len_e + CHUNK - 1) // CHUNK > P).to(tl.int32)
 
 
-@triton.jit
-def _max_nan(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+# The group-maxima pass works on int32 words of two bf16 logits (element 2j in the low half):
+# a packed bf16 maximum (``max.NaN.bf16x2``) folds two elements an instruction and needs no
+# bf16 -> fp32 convert, so an element costs about a third of the fp32 path's instructions.
+NEG_WORD = tl.constexpr(-8323200)  # 0xFF80FF80: two -inf
+NEG_HIGH = tl.constexpr(-8388608)  # 0xFF800000: -inf in the high half
 
 
 @triton.jit
-def _vmax(v, axis):
-    """Maximum along ``axis`` in the selection order (fp32 logits: NaN on top; -0 and +0 both
-    map to one key later)."""
-    return tl.reduce(v, axis, _max_nan)
+def _bmax2(a, b):
+    """Lane-wise maximum of two words of two bf16 each, NaN on top (the result's NaN is
+    canonical, a zero's sign either: their key1 is the same)."""
+    return tl.inline_asm_elementwise("max.NaN.bf16x2 $0, $1, $2;", "=r,r,r", [a, b],
+                                     dtype=tl.int32, is_pure=True, pack=1)
 
 
 @triton.jit
-def _as_key1(v):
-    """Values of ``_chunk_values`` -> key1 (the fp32 maxima of bf16 values convert exactly)."""
-    return _key1(v.to(tl.bfloat16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF)
+def _bits_of_key1(k):
+    """The bf16 bits of a key1 (> 0): one representative of the key (+0 for both zeros, the
+    canonical NaN for every NaN), so its key1 is k again."""
+    k16 = k - 1
+    return tl.where(k16 >= 0x8000, k16 - 0x8000, 0xFFFF - k16)
 
 
 @triton.jit
-def _chunk_values(x_row, c0, len_e, NCH: tl.constexpr, CHUNK: tl.constexpr,
-                  NSEG: tl.constexpr, MASKED: tl.constexpr):
-    """Chunks c0 .. c0 + NCH - 1 as one [NCH, NSEG, CHUNK / NSEG] tile (one load: all NCH
-    chunks in flight) of the logits in fp32, -inf past the length (MASKED; unmasked spans skip
-    the per-column masks), so an element costs a convert and a max and the key transform runs
-    on maxima only."""
-    SEG: tl.constexpr = CHUNK // NSEG
-    e = ((c0 + tl.arange(0, NCH))[:, None, None] * CHUNK
-         + tl.arange(0, NSEG)[None, :, None] * SEG + tl.arange(0, SEG)[None, None, :])
-    if MASKED:  # masked per 8 columns (16-byte vectors), then per column; 0xFF80 = -inf
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=-128)
-        u = tl.where(e < len_e, u, -128).to(tl.int16)
+def _word_of_keys(lo, hi):
+    return _bits_of_key1(lo) | (_bits_of_key1(hi) << 16)
+
+
+@triton.jit
+def _wmax(v, axis, TWIN: tl.constexpr):
+    """``_bmax2`` reduced along ``axis``. ``TWIN`` (the interpreter, which has no inline
+    assembly and runs a custom reduction element by element in Python): the maxima of the
+    halves' key1 by ``tl.max``, as words of the same keys."""
+    if TWIN:
+        r = _word_of_keys(tl.max(_key1(v & 0xFFFF), axis),
+                          tl.max(_key1((v >> 16) & 0xFFFF), axis))
     else:
-        u = tl.load(x_row + e)
-    return u.to(tl.bfloat16, bitcast=True).to(tl.float32)
+        r = tl.reduce(v, axis, _bmax2)
+    return r
 
 
 @triton.jit
-def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr):
-    """key1 maxima of the contiguous segments of ``v`` (``_chunk_values`` of chunks c0..; 0 for
+def _wmax2(a, b, TWIN: tl.constexpr):
+    """``_bmax2`` (``TWIN``: as ``_wmax``'s, by the halves' keys)."""
+    if TWIN:
+        r = _word_of_keys(tl.maximum(_key1(a & 0xFFFF), _key1(b & 0xFFFF)),
+                          tl.maximum(_key1((a >> 16) & 0xFFFF), _key1((b >> 16) & 0xFFFF)))
+    else:
+        r = _bmax2(a, b)
+    return r
+
+
+@triton.jit
+def _word_key1(w, TWIN: tl.constexpr):
+    """key1 of the larger of a word's two bf16 halves (their packed maximum with the halves
+    swapped: one key transform, not two)."""
+    return _key1(_wmax2(w, (w << 16) | ((w >> 16) & 0xFFFF), TWIN) & 0xFFFF)
+
+
+@triton.jit
+def _chunk_words(x_row, c0, len_e, NCH: tl.constexpr, CHUNK: tl.constexpr,
+                 NSEG: tl.constexpr, MASKED: tl.constexpr):
+    """Chunks c0 .. c0 + NCH - 1 as one [NCH, NSEG, CHUNK / NSEG / 2] tile of words (one load:
+    all NCH chunks in flight), -inf in the halves past the length (MASKED; unmasked spans skip
+    the per-column masks)."""
+    W: tl.constexpr = CHUNK // NSEG // 2
+    w = ((c0 + tl.arange(0, NCH))[:, None, None] * (CHUNK // 2)
+         + tl.arange(0, NSEG)[None, :, None] * W + tl.arange(0, W)[None, None, :])
+    x32 = x_row.to(tl.pointer_type(tl.int32))
+    if MASKED:  # masked per 8 columns (16-byte vectors), then per column
+        u = _mask_words(w, tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0), len_e)
+    else:
+        u = tl.load(x32 + w)
+    return u
+
+
+@triton.jit
+def _mask_words(w, u, len_e):
+    """Words ``u`` (word indices ``w`` of a row) with -inf in the halves at or past the
+    length."""
+    return tl.where(2 * w + 1 < len_e, u,
+                    tl.where(2 * w < len_e, (u & 0xFFFF) | NEG_HIGH, NEG_WORD))
+
+
+@triton.jit
+def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+                    TWIN: tl.constexpr):
+    """key1 maxima of the contiguous segments of ``v`` (``_chunk_words`` of chunks c0..; 0 for
     segments past the length): the collect pass re-reads only segments whose maximum reaches
     the threshold."""
     NCH: tl.constexpr = v.shape[0]
     i = (c0 + tl.arange(0, NCH))[:, None] * NSEG + tl.arange(0, NSEG)[None, :]
-    k = _as_key1(_vmax(v, 2))
+    k = _word_key1(_wmax(v, 2, TWIN), TWIN)
     tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
 
 
 @triton.jit
 def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
                CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr,
-               SEGS: tl.constexpr):
-    """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG]), storing each
-    chunk's segment maxima on the way. STAGES > 1: a chunk an iteration, software-pipelined
-    (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no register cost), for busy
-    grids; STAGES == 1: two chunks a load, no pipeline (``FOLD_STAGES`` says where each wins)."""
-    acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
+               SEGS: tl.constexpr, TWIN: tl.constexpr):
+    """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG / 2] words), storing
+    each chunk's segment maxima on the way. STAGES > 1: a chunk an iteration,
+    software-pipelined (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no
+    register cost), for busy grids; STAGES == 1: two chunks a load, no pipeline
+    (``FOLD_STAGES`` says where each wins)."""
+    acc = tl.full([NSEG, CHUNK // NSEG // 2], NEG_WORD, tl.int32)
     U: tl.constexpr = 1 if STAGES > 1 else (2 if R >= 2 else 1)
     for r in tl.range(0, R, U, num_stages=STAGES):
-        v = _chunk_values(x_row, p * R + r, len_e, U, CHUNK, NSEG, MASKED)
+        v = _chunk_words(x_row, p * R + r, len_e, U, CHUNK, NSEG, MASKED)
         if SEGS:
-            _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG)
-        acc = _max_nan(acc, _vmax(v, 0))
+            _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
+        acc = _wmax2(acc, _wmax(v, 0, TWIN), TWIN)
     return acc
 
 
 @triton.jit
 def _fold_strided(x_row, p, n_p, len_e, s_row, R: tl.constexpr, CHUNK: tl.constexpr,
-                  NSEG: tl.constexpr, SEGS: tl.constexpr):
+                  NSEG: tl.constexpr, SEGS: tl.constexpr, TWIN: tl.constexpr):
     """Elementwise maximum of chunks p, p + n_p, ... (R of them, those inside the length) of
     a strided-fold program, one chunk a load, storing each chunk's segment maxima on the way:
-    ``[NSEG, CHUNK / NSEG]``."""
-    acc = tl.full([NSEG, CHUNK // NSEG], float("-inf"), tl.float32)
+    ``[NSEG, CHUNK / NSEG / 2]`` words."""
+    acc = tl.full([NSEG, CHUNK // NSEG // 2], NEG_WORD, tl.int32)
     for r in range(R):
         c = p + r * n_p
         if c * CHUNK < len_e:
-            acc = _max_nan(acc, _vmax(_one_chunk(x_row, c, len_e, s_row, CHUNK, NSEG, SEGS), 0))
+            v = _one_chunk(x_row, c, len_e, s_row, CHUNK, NSEG, SEGS, TWIN)
+            acc = _wmax2(acc, _wmax(v, 0, TWIN), TWIN)
     return acc
 
 
 @triton.jit
 def _one_chunk(x_row, c, len_e, s_row, CHUNK: tl.constexpr, NSEG: tl.constexpr,
-               SEGS: tl.constexpr):
-    """Chunk c's values (``_chunk_values``; masked only where the length cuts it), its segment
+               SEGS: tl.constexpr, TWIN: tl.constexpr):
+    """Chunk c's words (``_chunk_words``; masked only where the length cuts it), its segment
     maxima stored when SEGS."""
     if (c + 1) * CHUNK <= len_e:
-        v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, False)
+        v = _chunk_words(x_row, c, len_e, 1, CHUNK, NSEG, False)
     else:
-        v = _chunk_values(x_row, c, len_e, 1, CHUNK, NSEG, True)
+        v = _chunk_words(x_row, c, len_e, 1, CHUNK, NSEG, True)
     if SEGS:
-        _store_segments(v, s_row, c, len_e, CHUNK, NSEG)
+        _store_segments(v, s_row, c, len_e, CHUNK, NSEG, TWIN)
     return v
 
 
@@ -282,17 +334,23 @@ def _strided_units(len_e, cols, CHUNK: tl.constexpr, R: tl.constexpr, TARGET: tl
 
 
 @triton.jit
-def _store_groups(v, g_ptr, unit, start, len_e, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr):
-    """Store the level-``lvl`` group maxima of ``v`` ([CHUNK] values of the unit starting at
-    element ``start``) as key1 at ``g_ptr + unit * (CHUNK >> lvl)``. Level l group b is the
-    maximum of v[b + j * (CHUNK >> l)], j < 2**l (strided groups); a group whose first element
-    lies past the length holds no candidate and stores 0. One branch per level, only the taken
-    one runs (a single reduction)."""
-    for l in tl.static_range(LMAX + 1):
+def _store_groups(w, g_ptr, unit, start, len_e, lvl, CHUNK: tl.constexpr, LMAX: tl.constexpr,
+                  TWIN: tl.constexpr):
+    """Store the level-``lvl`` group maxima of ``w`` ([CHUNK / 2] words: the CHUNK values of
+    the unit starting at element ``start``) as key1 at ``g_ptr + unit * (CHUNK >> lvl)``. Level
+    l group b is the maximum of element b + j * (CHUNK >> l), j < 2**l (strided groups), so
+    below LMAX word j of the reduction holds groups 2j and 2j + 1; a group whose first element
+    lies past the length holds no candidate and stores 0. One branch per level, only the
+    taken one runs (a single reduction)."""
+    for l in tl.static_range(LMAX):
         if lvl == l:
-            b = tl.arange(0, CHUNK >> l)
-            gl = _as_key1(_vmax(tl.reshape(v, [1 << l, CHUNK >> l]), 0))
-            tl.store(g_ptr + unit * (CHUNK >> l) + b, tl.where(start + b < len_e, gl, 0))
+            G: tl.constexpr = CHUNK >> l
+            m = _wmax(tl.reshape(w, [1 << l, G // 2]), 0, TWIN)
+            gk = tl.reshape(tl.join(_key1(m & 0xFFFF), _key1((m >> 16) & 0xFFFF)), [G])
+            b = tl.arange(0, G)
+            tl.store(g_ptr + unit * G + b, tl.where(start + b < len_e, gk, 0))
+    if lvl == LMAX:  # one group: the whole unit
+        tl.store(g_ptr + unit, tl.where(start < len_e, _word_key1(_wmax(w, 0, TWIN), TWIN), 0))
 
 
 @triton.jit
@@ -301,7 +359,7 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, STAGES: tl.constexpr,
                       STRIDED: tl.constexpr, NSEG: tl.constexpr, SEGS: tl.constexpr,
-                      FUSE: tl.constexpr, PDL: tl.constexpr):
+                      FUSE: tl.constexpr, TWIN: tl.constexpr, PDL: tl.constexpr):
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
     # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
     # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
@@ -325,23 +383,26 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
     if STRIDED:
         n_p, u, lvl = _strided_units(len_e, cols, CHUNK, R, TARGET, LMAX)
         if p < u:
-            acc = _fold_strided(x_row, p, n_p, len_e, s_row, R, CHUNK, NSEG, SEGS)
-            _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * CHUNK, len_e, lvl, CHUNK,
-                          LMAX)
+            acc = _fold_strided(x_row, p, n_p, len_e, s_row, R, CHUNK, NSEG, SEGS, TWIN)
+            _store_groups(tl.reshape(acc, [CHUNK // 2]), g_ptr, p, p * CHUNK, len_e, lvl,
+                          CHUNK, LMAX, TWIN)
     elif s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
-                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, False, SEGS)
+                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, False, SEGS,
+                                 TWIN)
             else:
-                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, True, SEGS)
-            _store_groups(tl.reshape(acc, [CHUNK]), g_ptr, p, p * (R * CHUNK), len_e,
-                          s - LOG_R, CHUNK, LMAX)
+                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, True, SEGS,
+                                 TWIN)
+            _store_groups(tl.reshape(acc, [CHUNK // 2]), g_ptr, p, p * (R * CHUNK), len_e,
+                          s - LOG_R, CHUNK, LMAX, TWIN)
     else:
         for r in range(R):
             c = p * R + r
             if c * CHUNK < len_e:
-                v = _one_chunk(x_row, c, len_e, s_row, CHUNK, NSEG, SEGS)
-                _store_groups(tl.reshape(v, [CHUNK]), g_ptr, c, c * CHUNK, len_e, s, CHUNK, LMAX)
+                v = _one_chunk(x_row, c, len_e, s_row, CHUNK, NSEG, SEGS, TWIN)
+                _store_groups(tl.reshape(v, [CHUNK // 2]), g_ptr, c, c * CHUNK, len_e, s, CHUNK,
+                              LMAX, TWIN)
     if FUSE:
         # Every thread's maxima are stored before the ticket (CTA barrier, then the ticket's
         # acq_rel gpu-scope atomic publishes them); the last of the row's programs (every
@@ -751,7 +812,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,
         STAGES=FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1,
-        NSEG=NSEG, SEGS=lst, FUSE=fuse, num_warps=WARPS["group_max"], **spans, **common, **dep)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
+        **spans, **common, **dep)
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))

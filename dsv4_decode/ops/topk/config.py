@@ -43,7 +43,12 @@ RADIX_ELEMENTS = 512
 # scripts/topk_stamps.py, T0 by parts): 1/8 valid 7.0 at 1 row against 8.9, all valid 14.3 /
 # 14.5 / 16.3 at 1 / 12 / 64 rows against 8.4 / 11.7 / 23.5: from 24 rows (the four launches:
 # 15.4 all valid, 11.8 at 1/8) it wins both; at 12 it would lose 2.8 at all valid. At
-# k = 2,048 the select costs more (session 17: 24 x 64K all 34.7 against 25.0).
+# k = 2,048 the select costs more (session 17: 24 x 64K all 34.7 against 25.0). Session 24
+# (run 2, both paths on packed bf16 maxima, same process): 1/8 valid 6.6-7.0 at 1-64 rows
+# against 7.2-12.2, all valid 13.8 / 14.0 / 15.8 / 16.3 at 1 / 12 / 24 / 64 rows against
+# 7.9 / 9.6 / 11.6 / 17.8: below 24 rows the four launches stay (their all-valid cells meet
+# the goal, the one-CTA ones would miss it by x1.5); at 24 the row's 1/8 cell meets it and
+# the four launches miss both.
 ROW_COLS = 65536  # at most 2**16: ``_row`` packs a candidate's column in 16 bits
 ROW_ROWS = 24
 
