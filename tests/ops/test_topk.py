@@ -330,13 +330,14 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     assert torch.equal(ws.cnt[: x.shape[0]].cpu(), want), (ws.cnt[: x.shape[0]].cpu(), want)
 
 
-@pytest.mark.parametrize("layout", ["row", "chunks", "folded", "strided"])
+@pytest.mark.parametrize("layout", ["row", "chunks", "folded", "strided", "blocks"])
 def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
     """Columns at or past a row's length hold NaN (above everything) and the lengths end at
-    every offset inside a 16-byte vector and a bf16 pair (the group maxima fold two columns a
+    every offset inside a 16-byte vector and a bf16 pair (the maxima fold two columns a
     word): at k = 1, T0 is the largest group maximum, so one leaked NaN would make it NaN's key
     and the row would select nothing. Every layout of the group maxima: one CTA a row, chunks
-    unfolded, folded in spans, folded strided."""
+    unfolded, folded in spans, folded strided; and block mode's block maxima (a block past the
+    length that leaked would rank above every other)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "row" if layout == "row" else "chunks")
@@ -351,6 +352,10 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
     x = make_logits("random", lens.numel(), cols, gen)
     x[torch.arange(cols)[None, :] >= lens[:, None]] = float("nan")
     for k in (1, 4):
+        if layout == "blocks":
+            got = decode_topk_blocks(make_padded(x.to(device)), lens.to(device), 4 * k, 8)
+            assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, 4 * k, 8)), k
+            continue
         got = decode_topk(make_padded(x.to(device)), lens.to(device), k)
         assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k)), k
 
@@ -772,10 +777,12 @@ for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)
     for phase in range(4):
         out[f"radix-b{block}-phase{phase}"] = spill_stores(RX._radix_kernel, dict(
-            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase, PDL=True), RX.NUM_WARPS,
+            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase, TWIN=False, PDL=True),
+            RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
     out[f"radix-b{block}-one-row"] = spill_stores(RX._radix_kernel, dict(
-            NCH=c.rchunks, BLOCK=block, CE=c.radix_chunk(1), KP=2048, PHASE=0, PDL=True),
+            NCH=c.rchunks, BLOCK=block, CE=c.radix_chunk(1), KP=2048, PHASE=0, TWIN=False,
+            PDL=True),
             RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 from dsv4_decode.ops.topk import _row as RW

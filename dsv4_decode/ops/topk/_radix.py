@@ -42,7 +42,16 @@ import triton.language as tl
 
 from dsv4_decode.utils.device import pdl_capable
 
-from ._triton import _element_keys, _pdl_enter, _row_length
+from ._triton import (
+    NEG_INF_KEY1,
+    PIN_KEY1,
+    _key1,
+    _mask_words,
+    _pdl_enter,
+    _row_length,
+    _wmax,
+    _word_key1,
+)
 
 H1 = tl.constexpr(512)  # bins of key1 >> 8 (0..256)
 H2 = tl.constexpr(256)  # bins of the low byte
@@ -55,13 +64,30 @@ PDL_ROWS = 6  # rows up to which the select is a programmatic dependent launch (
 
 @triton.jit
 def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
-                CE: tl.constexpr):
+                CE: tl.constexpr, TWIN: tl.constexpr):
+    """key1 of the blocks ``e`` of chunk c ([CE]): the largest key1 of a block's columns inside
+    the length, 0 for a block with none or whose maximum is -inf (spec §5.4: only blocks above
+    -inf); the block holding the row's last column pinned above everything (``PIN_KEY1``).
+    The columns load as words of two bf16 and reduce by packed maxima (``_triton._wmax``),
+    so a block of 8 costs one key transform, not eight."""
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     # the API checks the row stride is a multiple of 8 elements: 16-byte loads whatever the
     # stride's own divisibility (stated on the product: on the stride alone it does not carry)
     x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
     e = c * CE + tl.arange(0, CE)
-    return _element_keys(x_row, e, length, len_e, BLOCK), e
+    w = e[:, None] * (BLOCK // 2) + tl.arange(0, BLOCK // 2)[None, :]  # [CE, BLOCK / 2] words
+    # masked per 8 columns (16 B), so the loads vectorize; reading up to 7 columns past the
+    # length stays inside the row (the API checks the row stride and the storage for it)
+    u = tl.load(x_row.to(tl.pointer_type(tl.int32)) + w, mask=(w // 4) * 8 < length, other=0)
+    u = _mask_words(w, u, length)
+    if BLOCK == 2:  # one word a block: its halves' keys (the packed form spilled registers)
+        u = tl.reshape(u, [CE])
+        key1 = tl.maximum(_key1(u & 0xFFFF), _key1((u >> 16) & 0xFFFF))
+    else:
+        key1 = _word_key1(_wmax(u, 1, TWIN), TWIN)
+    key1 = tl.where(key1 > NEG_INF_KEY1, key1, 0)
+    key1 = tl.where((e == (length - 1) // BLOCK) & (length > 0), PIN_KEY1, key1)
+    return key1, e
 
 
 @triton.jit
@@ -143,7 +169,8 @@ def _write(key1, e, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH: tl.conste
 @triton.jit
 def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr, bar_ptr,
                   out_ptr, stride_x, stride_o, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
-                  CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr):
+                  CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr, TWIN: tl.constexpr,
+                  PDL: tl.constexpr):
     # Program (row, q) of P = num_programs(1) owns chunks q, q + P, q + 2P, ... of the row: the
     # first one's keys stay in registers through the phases, later ones are re-read (L2).
     if PDL:  # launched as a programmatic dependent: wait for the kernel before, then let the
@@ -163,13 +190,13 @@ def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, 
         if q == 0:  # the previous call's phase 3 read it last
             tl.store(h2_row, tl.zeros([H2], tl.int32))
     if q < n_act:
-        key1, e = _chunk_keys(x_ptr, lengths_ptr, row, q, stride_x, cols, BLOCK, CE)
+        key1, e = _chunk_keys(x_ptr, lengths_ptr, row, q, stride_x, cols, BLOCK, CE, TWIN)
         if PHASE <= 1:
             _hist_high(key1, h1_row)
             c = q + P
             while c < n_act:
-                _hist_high(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
-                           h1_row)
+                _hist_high(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE,
+                                       TWIN)[0], h1_row)
                 c += P
         if PHASE == 0:
             _row_barrier(bar_ptr, row, tl.minimum(n_act, P))
@@ -182,8 +209,8 @@ def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, 
             _hist_low(key1, bsel, q, h2_row, csuf_row, cgt_row)
             c = q + P
             while c < n_act:
-                _hist_low(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)[0],
-                          bsel, c, h2_row, csuf_row, cgt_row)
+                _hist_low(_chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE,
+                                      TWIN)[0], bsel, c, h2_row, csuf_row, cgt_row)
                 c += P
         if PHASE == 0:
             _row_barrier(bar_ptr, row, tl.minimum(n_act, P))
@@ -200,7 +227,8 @@ def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, 
             _write(key1, e, q, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH)
             c = q + P
             while c < n_act:
-                k2, e2 = _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE)
+                k2, e2 = _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK, CE,
+                                     TWIN)
                 _write(k2, e2, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH)
                 c += P
             if q == 0:
@@ -247,9 +275,9 @@ def programs_per_row(args, rows, n_chunks, block, ce, k, device, pdl=False) -> i
     return min(n_chunks, _CAPACITY[key] // rows)
 
 
-def _consts(block, ce, k, phase, pdl=False) -> dict:
-    return dict(BLOCK=block, CE=ce, KP=triton.next_power_of_2(k), PHASE=phase, PDL=pdl,
-                num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
+def _consts(block, ce, k, phase, pdl=False, twin=False) -> dict:
+    return dict(BLOCK=block, CE=ce, KP=triton.next_power_of_2(k), PHASE=phase, TWIN=twin,
+                PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None,
@@ -271,4 +299,5 @@ def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None,
     fused = programs_per_row(args, rows, n_chunks, cfg.block, ce, k, x16.device, pdl)
     p = min(fused or n_chunks, programs or n_chunks)
     for phase in (0,) if fused else (1, 2, 3):
-        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, ce, k, phase, pdl))
+        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, ce, k, phase, pdl,
+                                                  not x16.is_cuda))

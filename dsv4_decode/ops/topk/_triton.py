@@ -36,7 +36,7 @@ before the call):
 Keys: ``key1`` is 0 for "not a candidate", else 1 + the 16-bit order-preserving key of the bf16
 value (``ref.rank_keys``). These kernels run plain mode, but for the shapes
 ``config.one_cta_per_row`` gives to ``_row`` (one CTA a row, sharing their helpers). Block mode
-is ``_radix``, which shares ``_element_keys`` (blocks ranked by their largest key1, one pinned
+is ``_radix``, which shares the packed maxima (blocks ranked by their largest key1, one pinned
 above everything with ``PIN_KEY1``) and ``_row_length``.
 """
 
@@ -80,21 +80,13 @@ def _key1(u):
 
 
 @triton.jit
-def _element_keys(x_row_ptr, e, length, len_e, BLOCK: tl.constexpr):
-    """key1 of elements ``e`` (int32, any shape; [N] in block mode) of one row; 0 for elements
-    at or past the length."""
+def _element_keys(x_row_ptr, e, len_e):
+    """key1 of columns ``e`` (int32, any shape) of one row; 0 for columns at or past the
+    length."""
     # Loads are masked per 8 columns (16 B) so they vectorize; reading up to 7 columns past the
     # length stays inside the row (the API checks the row stride and the storage for it).
-    if BLOCK == 1:
-        u = tl.load(x_row_ptr + e, mask=(e // 8) * 8 < len_e, other=0).to(tl.int32) & 0xFFFF
-        key1 = tl.where(e < len_e, _key1(u), 0)
-    else:
-        c = e[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]  # [N, BLOCK] columns
-        u = tl.load(x_row_ptr + c, mask=(c // 8) * 8 < length, other=0).to(tl.int32) & 0xFFFF
-        key1 = tl.max(tl.where(c < length, _key1(u), 0), axis=1)
-        key1 = tl.where(key1 > NEG_INF_KEY1, key1, 0)  # spec §5.4: only blocks above -inf
-        key1 = tl.where((e == (length - 1) // BLOCK) & (length > 0), PIN_KEY1, key1)
-    return key1
+    u = tl.load(x_row_ptr + e, mask=(e // 8) * 8 < len_e, other=0).to(tl.int32) & 0xFFFF
+    return tl.where(e < len_e, _key1(u), 0)
 
 
 @triton.jit
@@ -687,14 +679,14 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
         count = len_e * 0
         start = len_e * 0
         while start < len_e:  # (a while loop: the interpreter cannot range over a tensor)
-            key1 = _element_keys(x_row, start + tl.arange(0, SCAN), len_e, len_e, 1)
+            key1 = _element_keys(x_row, start + tl.arange(0, SCAN), len_e)
             count += tl.sum((key1 >= cand).to(tl.int32), axis=0)
             start += SCAN
         tau = tl.where(count >= K, cand, tau)
     above = len_e * 0
     start = len_e * 0
     while start < len_e:
-        key1 = _element_keys(x_row, start + tl.arange(0, SCAN), len_e, len_e, 1)
+        key1 = _element_keys(x_row, start + tl.arange(0, SCAN), len_e)
         above += tl.sum((key1 > tau).to(tl.int32), axis=0)
         start += SCAN
     kept = len_e * 0
@@ -702,7 +694,7 @@ def _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN: tl.constexpr)
     start = len_e * 0
     while start < len_e:
         e = start + tl.arange(0, SCAN)
-        key1 = _element_keys(x_row, e, len_e, len_e, 1)
+        key1 = _element_keys(x_row, e, len_e)
         eq = key1 == tau
         keep = (key1 > tau) | (eq & (ties + tl.cumsum(eq.to(tl.int32), axis=0) <= K - above))
         tl.store(o_ptr + kept + tl.cumsum(keep.to(tl.int32), axis=0) - 1, e, mask=keep)
@@ -769,8 +761,10 @@ LIST_REGION = 2048
 # Pipeline stages of a folding group-maxima program (``_fold_span``) on 1M-column grids folded
 # by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M 66.9 -> 63.2; +2.3 at
 # 64 x 1M 1/8, +1.2 to +1.8 at 1/8 on 256K-512K rows (plain loop there; session 22, run 5, on
-# 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2).
-FOLD_STAGES = 4
+# 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2). 5 stages, not 4, since the packed
+# maxima (session 24, run 4, R = 8): 64 x 1M all 57.9 -> 57.4, 48 x 1M all 47.6 -> 47.1,
+# 64 x 1M 1/8 24.8 -> 23.2; 6 stages were slower than 5 in all three.
+FOLD_STAGES = 5
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
 # The collect's register cap: at 84, 6 four-warp CTAs fit a SM, no spills (80 spilled without
