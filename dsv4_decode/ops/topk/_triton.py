@@ -274,15 +274,32 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
     """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG / 2] words), storing
     each chunk's segment maxima on the way. STAGES > 1: a chunk an iteration,
     software-pipelined (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no
-    register cost), for busy grids; STAGES == 1: two chunks a load, no pipeline
-    (``FOLD_STAGES`` says where each wins)."""
-    acc = tl.full([NSEG, CHUNK // NSEG // 2], NEG_WORD, tl.int32)
-    U: tl.constexpr = 1 if STAGES > 1 else (2 if R >= 2 else 1)
-    for r in tl.range(0, R, U, num_stages=STAGES):
-        v = _chunk_words(x_row, p * R + r, len_e, U, CHUNK, NSEG, MASKED)
+    register cost), for busy grids; STAGES == 1: two chunks an iteration, both loads in
+    flight, no pipeline (``FOLD_STAGES`` says where each wins), or the one chunk at R = 1. The
+    chunks are separate tiles of one layout, so folding them is elementwise (as one [2, ...]
+    tile their axis fell across lanes: shuffles)."""
+    W: tl.constexpr = CHUNK // NSEG // 2
+    acc = tl.full([NSEG, W], NEG_WORD, tl.int32)
+    if STAGES > 1:
+        for r in tl.range(0, R, num_stages=STAGES):
+            v = _chunk_words(x_row, p * R + r, len_e, 1, CHUNK, NSEG, MASKED)
+            if SEGS:
+                _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
+            acc = _wmax2(acc, tl.reshape(v, [NSEG, W]), TWIN)
+    elif R == 1:  # unfolded grids' rows long enough for the level (LOG_R = 0)
+        v = _chunk_words(x_row, p, len_e, 1, CHUNK, NSEG, MASKED)
         if SEGS:
-            _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
-        acc = _wmax2(acc, _wmax(v, 0, TWIN), TWIN)
+            _store_segments(v, s_row, p, len_e, CHUNK, NSEG, TWIN)
+        acc = tl.reshape(v, [NSEG, W])
+    else:
+        for r in range(0, R, 2):
+            va = _chunk_words(x_row, p * R + r, len_e, 1, CHUNK, NSEG, MASKED)
+            vb = _chunk_words(x_row, p * R + r + 1, len_e, 1, CHUNK, NSEG, MASKED)
+            if SEGS:
+                _store_segments(va, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
+                _store_segments(vb, s_row, p * R + r + 1, len_e, CHUNK, NSEG, TWIN)
+            v = _wmax2(tl.reshape(va, [NSEG, W]), tl.reshape(vb, [NSEG, W]), TWIN)
+            acc = _wmax2(acc, v, TWIN)
     return acc
 
 
