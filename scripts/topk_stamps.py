@@ -79,9 +79,9 @@ PHASES = [
     ("    row = tl.program_id(0)\n    _, len_e",
      "    row = tl.program_id(0)\n    ph = dbg_ptr + 64 + row * 32\n    _clk(ph, 0)\n"
      "    _, len_e"),
-    ("    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n",
-     "    acc = _fold(x_row, s_row, 0, u0, len_e, TILE)\n    _clk(ph, 1)\n"),
-    ("    g = tl.reduce(", "    _clk(ph, 2)\n    g = tl.reduce("),
+    ("    acc = _fold(x_row, s_row, 0, u0, len_e, TILE, TWIN)\n",
+     "    acc = _fold(x_row, s_row, 0, u0, len_e, TILE, TWIN)\n    _clk(ph, 1)\n"),
+    ("    # group b's maximum", "    _clk(ph, 2)\n    # group b's maximum"),
     ("    t0 = _part_bound(", "    _clk(ph, 3)\n    t0 = _part_bound("),
     ("    if n_t <= 1:\n", "    _clk(ph, 4)\n    if n_t <= 1:\n"),
     ("    tl.store(cnt_ptr + row, n)", "    _clk(ph, 5)\n    tl.store(cnt_ptr + row, n)"),
@@ -105,7 +105,9 @@ SELECT_PHASES = [
      "    o_ptr = out_ptr"),
     ("    if n <= SMALL:\n        _select_tile(v.to(", "    _clk(ph, 1)\n    if n <= SMALL:\n"
      "        _select_tile(ph, v.to("),
-    ("        _select_tile(w.to(", "        _select_tile(ph, w.to("),
+    ("def _select_loaded(b_ptr,", "def _select_loaded(ph, b_ptr,"),
+    ("    _select_tile(w.to(", "    _select_tile(ph, w.to("),
+    ("_select_loaded(cbuf_ptr", "_select_loaded(ph, cbuf_ptr"),
     ("def _select_tile(packed,", "def _select_tile(ph, packed,"),
     ("    gt = m & (key1 > tau)\n", "    _clk(ph, 3)\n    gt = m & (key1 > tau)\n"),
     # tiles of <= 2,048 slots: placed on chip (one stamp at the end)
