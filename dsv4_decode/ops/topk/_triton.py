@@ -231,13 +231,13 @@ def _word_key1(w, TWIN: tl.constexpr):
 
 
 @triton.jit
-def _chunk_words(x_row, c0, len_e, NCH: tl.constexpr, CHUNK: tl.constexpr,
-                 NSEG: tl.constexpr, MASKED: tl.constexpr):
-    """Chunks c0 .. c0 + NCH - 1 as one [NCH, NSEG, CHUNK / NSEG / 2] tile of words (one load:
-    all NCH chunks in flight), -inf in the halves past the length (MASKED; unmasked spans skip
-    the per-column masks)."""
+def _chunk_words(x_row, c, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+                 MASKED: tl.constexpr):
+    """Chunk c as a [1, NSEG, CHUNK / NSEG / 2] tile of words (a segment a row; the leading
+    axis of one is the layout every caller was measured with), -inf in the halves past the
+    length (MASKED; unmasked spans skip the per-column masks)."""
     W: tl.constexpr = CHUNK // NSEG // 2
-    w = ((c0 + tl.arange(0, NCH))[:, None, None] * (CHUNK // 2)
+    w = ((c + tl.arange(0, 1))[:, None, None] * (CHUNK // 2)
          + tl.arange(0, NSEG)[None, :, None] * W + tl.arange(0, W)[None, None, :])
     x32 = x_row.to(tl.pointer_type(tl.int32))
     if MASKED:  # masked per 8 columns (16-byte vectors), then per column
@@ -282,19 +282,19 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
     acc = tl.full([NSEG, W], NEG_WORD, tl.int32)
     if STAGES > 1:
         for r in tl.range(0, R, num_stages=STAGES):
-            v = _chunk_words(x_row, p * R + r, len_e, 1, CHUNK, NSEG, MASKED)
+            v = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
             if SEGS:
                 _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
             acc = _wmax2(acc, tl.reshape(v, [NSEG, W]), TWIN)
     elif R == 1:  # unfolded grids' rows long enough for the level (LOG_R = 0)
-        v = _chunk_words(x_row, p, len_e, 1, CHUNK, NSEG, MASKED)
+        v = _chunk_words(x_row, p, len_e, CHUNK, NSEG, MASKED)
         if SEGS:
             _store_segments(v, s_row, p, len_e, CHUNK, NSEG, TWIN)
         acc = tl.reshape(v, [NSEG, W])
     else:
         for r in range(0, R, 2):
-            va = _chunk_words(x_row, p * R + r, len_e, 1, CHUNK, NSEG, MASKED)
-            vb = _chunk_words(x_row, p * R + r + 1, len_e, 1, CHUNK, NSEG, MASKED)
+            va = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
+            vb = _chunk_words(x_row, p * R + r + 1, len_e, CHUNK, NSEG, MASKED)
             if SEGS:
                 _store_segments(va, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
                 _store_segments(vb, s_row, p * R + r + 1, len_e, CHUNK, NSEG, TWIN)
@@ -324,9 +324,9 @@ def _one_chunk(x_row, c, len_e, s_row, CHUNK: tl.constexpr, NSEG: tl.constexpr,
     """Chunk c's words (``_chunk_words``; masked only where the length cuts it), its segment
     maxima stored when SEGS."""
     if (c + 1) * CHUNK <= len_e:
-        v = _chunk_words(x_row, c, len_e, 1, CHUNK, NSEG, False)
+        v = _chunk_words(x_row, c, len_e, CHUNK, NSEG, False)
     else:
-        v = _chunk_words(x_row, c, len_e, 1, CHUNK, NSEG, True)
+        v = _chunk_words(x_row, c, len_e, CHUNK, NSEG, True)
     if SEGS:
         _store_segments(v, s_row, c, len_e, CHUNK, NSEG, TWIN)
     return v
