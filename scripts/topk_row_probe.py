@@ -14,7 +14,8 @@ another ``_row.py``. Each cell
 is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
 as ``bench topk``), after every variant's output was compared bitwise with the first's;
 ``--kernels`` then prints each variant's per-kernel profiler table (``bench.kernels``).
-Cells default to the bench's 64K and 256K cells. Prints one line a cell.
+Cells default to the bench's 64K and 256K cells; VALID ``mix`` is row 0 at 1/8 valid and the
+others all valid. Prints one line a cell.
 """
 
 import sys
@@ -59,7 +60,9 @@ def runner(name):
 
 
 def cell(variants, rows, cols, valid, k, kernels=False) -> None:
-    xs, lens, _ = TB._inputs(rows, cols, valid)
+    xs, lens, _ = TB._inputs(rows, cols, "all" if valid == "mix" else valid)
+    if valid == "mix":  # row 0 at 1/8 valid, the others all valid
+        lens[0] = cols // 8
     ws = make_topk_workspace(rows, k, "cuda")
     outs = [torch.empty(rows, k, dtype=torch.int32, device="cuda") for _ in variants]
     runs = [runner(v) for v in variants]
@@ -97,7 +100,7 @@ def main(argv) -> None:
         argv = argv[:i] + argv[i + 2:]
     kernels = "--kernels" in argv
     argv = [a for a in argv if a != "--kernels"]
-    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or CELLS
+    cells = [(int(r), int(c), v) for r, c, v in (a.split("x", 2) for a in argv)] or CELLS
     print(torch.cuda.get_device_name())
     for rows, cols, valid in cells:
         cell(variants, rows, cols, valid, k, kernels)

@@ -133,12 +133,11 @@ def stamped(phases: bool, source: str = ""):
     tsrc = open(source or _triton.__file__).read()
     if phases:
         tsrc = patch(tsrc, SELECT_PHASES).replace(
-            "\n\n@triton.jit\ndef _pdl_enter", "\n\n" + STAMPS + "@triton.jit\ndef _pdl_enter")
+            "\n\n@triton.jit\ndef _level", "\n\n" + STAMPS + "@triton.jit\ndef _level")
     tsrc, tnames = _timeline(tsrc, 0)
     tmod = load_source(tsrc, "topk_triton_stamped" + ("_ph" if phases else ""),
                        "dsv4_decode.ops.topk")
-    rsrc = open(_row.__file__).read().replace(
-        "from ._triton import (", f"from {tmod.__name__} import (")
+    rsrc = open(_row.__file__).read()  # (its helpers come from ``_words``: no stamps there)
     if phases:
         rsrc = patch(rsrc, PHASES)
         rsrc = rsrc.replace("\n\n@triton.jit\ndef _cols",
@@ -146,7 +145,6 @@ def stamped(phases: bool, source: str = ""):
         last = "        _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)\n"
         rsrc = rsrc.replace(last, last + "    _clk(ph, 7)\n")
     rsrc, rnames = _timeline(rsrc, len(tnames))
-    sys.modules[tmod.__name__] = tmod  # the _row copy imports its helpers from it
     rmod = load_source(rsrc, "topk_row_stamped" + ("_ph" if phases else ""),
                        "dsv4_decode.ops.topk")
     return tmod, rmod, tnames + rnames

@@ -42,7 +42,7 @@ import triton.language as tl
 
 from dsv4_decode.utils.device import pdl_capable
 
-from ._triton import (
+from ._words import (
     NEG_INF_KEY1,
     PIN_KEY1,
     _key1,
@@ -68,7 +68,7 @@ def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
     """key1 of the blocks ``e`` of chunk c ([CE]): the largest key1 of a block's columns inside
     the length, 0 for a block with none or whose maximum is -inf (spec §5.4: only blocks above
     -inf); the block holding the row's last column pinned above everything (``PIN_KEY1``).
-    The columns load as words of two bf16 and reduce by packed maxima (``_triton._wmax``),
+    The columns load as words of two bf16 and reduce by packed maxima (``_words._wmax``),
     so a block of 8 costs one key transform, not eight."""
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     # the API checks the row stride is a multiple of 8 elements: 16-byte loads whatever the
@@ -286,7 +286,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None,
     ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
     programs a row (the tests pass fewer than the chunks to run the chunk loops). ``pdl``
     (default; sm_90+, up to ``PDL_ROWS`` rows): programmatic dependent launches
-    (``_triton._pdl_enter``); ``pdl=False``: plain ones, for the benchmark's comparison."""
+    (``_words._pdl_enter``); ``pdl=False``: plain ones, for the benchmark's comparison."""
     rows, cols = x16.shape
     ce = cfg.radix_chunk(rows)
     n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), ce)

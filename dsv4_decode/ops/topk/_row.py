@@ -8,7 +8,7 @@ same algorithm with every hand-off a CTA barrier instead:
 
 1. The row in tiles of ``TILE`` columns (``[TILE / 8, 4]`` words of two bf16: 8 consecutive
    columns a thread row, one 16-byte load), folded elementwise with a NaN-propagating packed
-   bf16 max (``_triton._wmax2``; columns past the length read -inf), the next tile's loads in
+   bf16 max (``_words._wmax2``; columns past the length read -inf), the next tile's loads in
    flight while one is folded; the key1 maximum of every segment of 8 columns is stored
    (``smax``).
 2. T0 from ``G`` strided group maxima of the fold (group b = columns b + j * G), as key1; a
@@ -23,7 +23,7 @@ same algorithm with every hand-off a CTA barrier instead:
    maximum reaches T0 (ascending, ``seglist``) and re-reads only those.
 4. A CTA barrier, then the exact top K of the candidates: tau = the K-th largest key1, the
    ties at tau kept lowest column first, written ascending, ``-1`` after (``_write_kept``).
-   More than ``CAP`` candidates (heavy ties) takes ``_triton._exact_fallback`` (counting
+   More than ``CAP`` candidates (heavy ties) takes ``_words._exact_fallback`` (counting
    scans of the row).
 
 No atomics and no counters to re-arm: graph-safe and bitwise deterministic. The grid is (rows,).
@@ -38,7 +38,7 @@ import triton.language as tl
 from dsv4_decode.utils.device import pdl_capable
 
 from ._kth import _kth_above, _kth_largest, _part_bound, _write_kept
-from ._triton import (
+from ._words import (
     _exact_fallback,
     _key1,
     _mask_words,
@@ -99,7 +99,7 @@ def _collect(e, key1, t0, kb, base, CAP: tl.constexpr):
 def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr, TWIN: tl.constexpr):
     """Tile t's words ``u`` with -inf past the length, storing the key1 maxima of its segments
     of 8 columns (0 past the length) for ``_collect_listed``. The fold's maxima are packed bf16
-    ones (``_triton._wmax``): two columns an instruction."""
+    ones (``_words._wmax``): two columns an instruction."""
     r = t * (TILE // 8) + tl.arange(0, TILE // 8)
     if (t + 1) * TILE <= len_e:  # inside the length: no per-element masks
         v = u
