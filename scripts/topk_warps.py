@@ -24,7 +24,8 @@ K = 512
 BASE = dict(_triton.WARPS)
 VARIANTS = {"default": {}, "select4": {"select": 4}, "select16": {"select": 16},
             "thr4": {"threshold": 4}, "thr16": {"threshold": 16}, "collect8": {"collect": 8},
-            "gmax8": {"group_max": 8}}
+            "gmax8": {"group_max": 8}, "sel16thr16": {"select": 16, "threshold": 16},
+            "sel16col8": {"select": 16, "collect": 8}}
 
 
 def run(rows, cols, valid) -> str:
@@ -56,7 +57,7 @@ def main(argv) -> None:
         names = ["default"] + [n for n in argv[i + 1].split(",") if n != "default"]
         VARIANTS = {n: VARIANTS[n] for n in names}
         argv = argv[:i] + argv[i + 2:]
-    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or CELLS
+    cells = [(int(r), int(c), v) for r, c, v in (a.split("x", 2) for a in argv)] or CELLS
     print(torch.cuda.get_device_name(), flush=True)
     for cell in cells:
         print(run(*cell), flush=True)

@@ -2,8 +2,9 @@
 
 Four launches per call (three with ``fuse=True`` on unfolded grids at k <= 512), all rows at
 once, every length read on the device; on sm_90+ each is a programmatic dependent launch that
-waits at its start (``_pdl_enter``; the collect first loads its chunk of the logits, written
-before the call):
+waits at its start (``_pdl_enter``; the threshold first loads the row's length, the collect
+the length and its chunk of the logits: inputs written before the call, hence before the first
+kernel's wait):
 
 1. ``_group_max_kernel``  grid (rows, chunks / R): one read of the row, as words of two bf16
    folded by packed maxima (``_words._bmax2``); the maxima of strided
@@ -98,13 +99,12 @@ def _kth_group_max(g_row, n, n_valid, parts, K, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK: tl.constexpr,
+def _row_threshold(len_e, gmax_ptr, row, stride_g, cols, K, listed, CHUNK: tl.constexpr,
                    LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                    R: tl.constexpr, LOG_R: tl.constexpr, STRIDED: tl.constexpr):
-    """T0 of one row from its group maxima (``_kth_group_max``; 1 = every valid element a
-    candidate when fewer than K groups are valid). ``listed``: the row is collected from
-    segment lists (``_listed``), which take the exact K-th group maximum."""
-    _, len_e = _row_length(lengths_ptr, row, cols, 1)
+    """T0 of one row of ``len_e`` elements from its group maxima (``_kth_group_max``; 1 =
+    every valid element a candidate when fewer than K groups are valid). ``listed``: the row
+    is collected from segment lists (``_listed``), which take the exact K-th group maximum."""
     s = _level(len_e, TARGET, LMAX)
     if STRIDED:  # as in _group_max_kernel: u units of one chunk, groups at level lvl
         n_p, u, lvl = _strided_units(len_e, cols, CHUNK, R, TARGET, LMAX)
@@ -328,8 +328,8 @@ def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, 
         ticket = tl.atomic_add(tick_ptr + row, 1, sem="acq_rel", scope="gpu")
         if ticket == tl.num_programs(1) - 1:
             tl.store(tick_ptr + row, 0)
-            tl.store(thr_ptr + row, _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols,
-                                                   K, 0, CHUNK, LMAX, TARGET, GROUPS, R, LOG_R,
+            tl.store(thr_ptr + row, _row_threshold(len_e, gmax_ptr, row, stride_g, cols, K, 0,
+                                                   CHUNK, LMAX, TARGET, GROUPS, R, LOG_R,
                                                    STRIDED))
             tl.store(cnt_ptr + row, 0)
 
@@ -346,13 +346,15 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
     LIST (folded grids), for a row of more than P chunks (``_listed``): program c also lists,
     ascending, the segments of its region [c * RS, (c + 1) * RS) whose maximum reaches T0, at
     the region's slice of the row's list, and their number (the collect pass's work; regions
-    in parallel: one CTA a row scanning 8,192 segments took 8-12 µs)."""
-    if PDL:
-        _pdl_enter()
+    in parallel: one CTA a row scanning 8,192 segments took 8-12 µs).
+    PDL: the length (written before the first kernel's wait, as the collect reads its
+    logits) is read before this kernel's wait: after it, T0's loads go out at once."""
     row = tl.program_id(0)
     c = tl.program_id(1)
     SEG: tl.constexpr = CHUNK // NSEG
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
+    if PDL:
+        _pdl_enter()
     n_seg = (len_e + SEG - 1) // SEG
     listed = _listed(len_e, CHUNK, P) * LIST
     if (c == 0) | ((listed == 1) & (c * RS < n_seg)):  # regions past the length skip T0 too
@@ -360,8 +362,8 @@ def _threshold_kernel(lengths_ptr, gmax_ptr, thr_ptr, cnt_ptr, smax_ptr, list_pt
             i = c * RS + tl.arange(0, RS)  # overlaps T0's instead of following it
             smax = tl.load(smax_ptr + row.to(tl.int64) * stride_s + i,
                            mask=(i < n_seg) & (listed == 1), other=0)
-        t0 = _row_threshold(lengths_ptr, gmax_ptr, row, stride_g, cols, K, listed, CHUNK, LMAX,
-                            TARGET, GROUPS, R, LOG_R, STRIDED)
+        t0 = _row_threshold(len_e, gmax_ptr, row, stride_g, cols, K, listed, CHUNK, LMAX, TARGET,
+                            GROUPS, R, LOG_R, STRIDED)
         if c == 0:
             tl.store(thr_ptr + row, t0)
             tl.store(cnt_ptr + row, 0)
