@@ -48,9 +48,15 @@ RADIX_ELEMENTS = 512
 # against 7.2-12.2, all valid 13.8 / 14.0 / 15.8 / 16.3 at 1 / 12 / 24 / 64 rows against
 # 7.9 / 9.6 / 11.6 / 17.8: below 24 rows the four launches stay (their all-valid cells meet
 # the goal, the one-CTA ones would miss it by x1.5); at 24 the row's 1/8 cell meets it and
-# the four launches miss both.
+# the four launches missed both. Session 26 (run 3, same process; the threshold reading the
+# length before its wait): four launches / ``_row`` at 24 rows 8.62 / 6.08 at 1/8 valid,
+# 10.72 / 14.65 all valid, 10.77 / 14.63 with row 0 at 1/8 and the rest all valid; at 32
+# rows 9.17 / 6.13, 12.46 / 14.80; at 48 rows 10.0 / 6.2, 14.53 / 15.03. Both meet the goals
+# at 1/8 from 24 rows and neither all valid at 24, so the choice is the batch with a long
+# row (any batch past its first few steps): the four launches up to 47 rows, ``_row`` from 48
+# (at 48 it loses 0.5 all valid and gains 3.8 at 1/8).
 ROW_COLS = 65536  # at most 2**16: ``_row`` packs a candidate's column in 16 bits
-ROW_ROWS = 24
+ROW_ROWS = 48
 
 
 # Collect programs a row on folded grids (``P`` of ``_triton``'s kernels: also the most chunks a
