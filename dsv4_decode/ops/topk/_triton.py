@@ -417,31 +417,33 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
     # The whole chunk as [CHUNK / 8, 8] (8 consecutive elements a thread: the in-row count and
     # scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x
-    # 64K), loaded before T0 arrives so the loads are in flight together: on small grids
-    # masked by the width alone (no wait for the length), on folded ones by the length and
-    # only for rows collected by chunk.
+    # 64K), loaded before T0 arrives, masked by the length (read before the wait, as the
+    # chunk: the two round trips fit in the wait) and only for rows collected by chunk.
+    # Programs with nothing to collect (past the length, not listed) leave before the wait:
+    # on two-wave grids their slots go to the rest at once. Program 0 always waits, so this
+    # kernel ends after the threshold has, and whatever waits on it waits on the whole chain.
     if not PDL:
         t0 = tl.load(thr_ptr + row)
     e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    listed = len_e * 0
     if LIST:
         listed = _listed(len_e, CHUNK, P)
-        u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
-    else:
-        u = tl.load(x_row + e, mask=(e // 8) * 8 < cols, other=0)
-    if PDL:
-        gdc_wait()
-        t0 = tl.load(thr_ptr + row)
-    if LIST:
-        # issued with T0's load, whatever the row (their round trip overlaps the length's)
-        r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
-        if listed == 1:
-            _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
-                            list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, cb_ptr,
-                            cc_row, CHUNK, NSEG, CAP, P, RS, NR)
-        elif p * CHUNK < len_e:
+    u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
+    if (p * CHUNK < len_e) | (listed == 1) | (p == 0):
+        if PDL:
+            gdc_wait()
+            t0 = tl.load(thr_ptr + row)
+        if LIST:
+            # issued with T0's load, whatever the row (their round trip overlaps T0's)
+            r, pre, n_act = _region_prefix(rcnt_ptr, row, stride_r, n_reg, NR)
+            if listed == 1:
+                _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
+                                list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, cb_ptr,
+                                cc_row, CHUNK, NSEG, CAP, P, RS, NR)
+            else:
+                _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
+        else:
             _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
-    elif p * CHUNK < len_e:
-        _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
 
 
 @triton.jit
