@@ -82,6 +82,8 @@ def make_lengths(spec, rows: int, cols: int, k: int, gen: torch.Generator) -> to
                 int(torch.randint(0, cols + 1, (1,), generator=gen)) for i in range(rows)]
     elif spec == "eighth":
         lens = [max(1, cols // 8)] * rows
+    elif spec == "empty":
+        lens = [0] * rows
     else:
         raise ValueError(spec)
     return torch.tensor([min(max(v, 0), cols) for v in lens], dtype=torch.int32)
@@ -187,6 +189,7 @@ CPU_CASES = [  # rows, cols, k, lengths, kind
     (2, 9000, 1100, "edges", "random"),  # k > 512: the bitwise threshold search
     (1, 30000, 1100, "full", "crowded"),  # ~5,000 candidates: the 8,192 tile
     (2, 16384, 8, "full", "random"),
+    (3, 5000, 16, "empty", "random"),  # every row empty: all -1
 ]
 
 
@@ -602,23 +605,27 @@ def test_gpu_blocks_graph_replay_bitwise():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["row", "unfolded", "fused", "folded", "blocks"])
+@pytest.mark.parametrize("mode", ["row", "unfolded", "empty", "fused", "folded", "blocks"])
 def test_gpu_pdl_inputs_written_in_graph(mode):
     """Every kernel is a programmatic dependent launch (sm_90+): here a kernel inside the
     graph writes the logits and lengths just before the call, so a kernel that read them
     before its wait would see the other input set of the previous replay. 200 replays
     alternating two input sets: each answer must be its own set's. ``fused``: the threshold in
-    the last group-maxima program (``_triton.launch(fuse=True)``, the bench's comparison)."""
+    the last group-maxima program (``_triton.launch(fuse=True)``, the bench's comparison).
+    ``empty``: the second set's rows all have length 0, so every collect program but each
+    row's first leaves before its wait; the answer (all -1) must not come from the other
+    set's candidates."""
     from dsv4_decode.ops.topk import _triton
 
     rows, cols, k, block = {"row": (64, 65536, 512, 1),
-                            "unfolded": (2, 262144, 512, 1), "fused": (2, 262144, 512, 1),
-                            "folded": (8, 1048576, 512, 1),
+                            "unfolded": (2, 262144, 512, 1), "empty": (6, 65536, 512, 1),
+                            "fused": (2, 262144, 512, 1), "folded": (8, 1048576, 512, 1),
                             "blocks": (6, 1048576, 2048, 8)}[mode]
     gen = torch.Generator().manual_seed(13)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k * block, gen).cuda())
-              for kind, spec in (("random", "edges"), ("special", "eighth"))]
+              for kind, spec in (("random", "edges"),
+                                 ("special", "empty" if mode == "empty" else "eighth"))]
     if mode == "fused":
         want = [decode_topk_ref(x, n, k) for x, n in inputs]
         op = lambda x, n, out, workspace: _triton.launch(x.view(torch.int16), n, out, workspace,
