@@ -7,7 +7,9 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
 A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``;
 ``chunks-strided`` / ``chunks-spans`` the four launches with every folded grid's
 group maxima folded strided (program p folds chunks p, p + n_p, ...) / in spans of R chunks,
-whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``file:PATH`` the
+whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``chunks-fold2-N``
+the four launches with the group maxima of unfolded grids of at least N programs folded by 2
+while the collect stays by chunk (no segment lists; session 26's "Next"); ``file:PATH`` the
 four launches of another ``_triton.py`` (an earlier commit's: ``git show
 REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
 another ``_row.py``. Each cell
@@ -47,6 +49,8 @@ def runner(name):
         mod.strided_fold = lambda rows, n_chunks, k: (name == "chunks-strided"
                                                       and span_log2(rows, n_chunks) > 0)
         return mod.launch
+    if name.startswith("chunks-fold2-"):
+        return fold2_launch(int(name.split("-")[2]))
     _, warps, tile = name.split("-")
 
     def launch(*args):
@@ -57,6 +61,21 @@ def runner(name):
         finally:
             _row.NUM_WARPS, _row.TILE = old
     return launch
+
+
+def fold2_launch(n: int):
+    """``chunks-fold2-N``: a copy of ``_triton`` whose grids of at least ``n`` chunk programs
+    fold by 2 (at least), listing only where the default rule folds."""
+    src = open(_triton.__file__).read()
+    old = "    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists\n"
+    if old not in src:
+        raise ValueError("chunks-fold2: _triton.launch's list switch moved; mend the anchor")
+    mod = load_source(src.replace(old, "    lst = _default_log2(rows, n_chunks) > 0\n"),
+                      f"topk_fold2_{n}", "dsv4_decode.ops.topk")
+    mod._default_log2 = span_log2
+    mod.span_log2 = lambda rows, nc: (max(span_log2(rows, nc), 1) if rows * nc >= n
+                                      else span_log2(rows, nc))
+    return mod.launch
 
 
 def cell(variants, rows, cols, valid, k, kernels=False) -> None:
