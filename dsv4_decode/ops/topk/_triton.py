@@ -419,9 +419,10 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
     # scan stay in the thread; round 2's layout, measured faster than [16, 128] at 1-24 rows x
     # 64K), loaded before T0 arrives, masked by the length (read before the wait, as the
     # chunk: the two round trips fit in the wait) and only for rows collected by chunk.
-    # Programs with nothing to collect (past the length, not listed) leave before the wait:
-    # on two-wave grids their slots go to the rest at once. Program 0 always waits, so this
-    # kernel ends after the threshold has, and whatever waits on it waits on the whole chain.
+    # Programs with nothing to collect (past the length: a listed row has more than P chunks,
+    # so none of its P programs is) leave before the wait: on two-wave grids their slots go to
+    # the rest at once. Program 0 always waits, so this kernel ends after the threshold has,
+    # and whatever waits on it waits on the whole chain.
     if not PDL:
         t0 = tl.load(thr_ptr + row)
     e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
@@ -429,7 +430,7 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
     if LIST:
         listed = _listed(len_e, CHUNK, P)
     u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)
-    if (p * CHUNK < len_e) | (listed == 1) | (p == 0):
+    if (p * CHUNK < len_e) | (p == 0):
         if PDL:
             gdc_wait()
             t0 = tl.load(thr_ptr + row)
