@@ -9,7 +9,9 @@ A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T
 group maxima folded strided (program p folds chunks p, p + n_p, ...) / in spans of R chunks,
 whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``chunks-fold2-N``
 the four launches with the group maxima of unfolded grids of at least N programs folded by 2
-while the collect stays by chunk (no segment lists; session 26's "Next"); ``file:PATH`` the
+while the collect stays by chunk (no segment lists; session 26's "Next"); ``chunks-collect2``
+the four launches with each small-grid collect program taking two chunks (half the CTAs);
+``file:PATH`` the
 four launches of another ``_triton.py`` (an earlier commit's: ``git show
 REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
 another ``_row.py``. Each cell
@@ -51,6 +53,8 @@ def runner(name):
         return mod.launch
     if name.startswith("chunks-fold2-"):
         return fold2_launch(int(name.split("-")[2]))
+    if name == "chunks-collect2":
+        return collect2_launch()
     _, warps, tile = name.split("-")
 
     def launch(*args):
@@ -76,6 +80,39 @@ def fold2_launch(n: int):
     mod.span_log2 = lambda rows, nc: (max(span_log2(rows, nc), 1) if rows * nc >= n
                                       else span_log2(rows, nc))
     return mod.launch
+
+
+# (anchor, replacement) for chunks-collect2: on small grids (LIST == 0) collect program p takes
+# chunks 2p and 2p + 1, both loaded before the wait, one span (and one atomic) each
+COLLECT2 = [
+    ("    u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)\n"
+     "    if (p * CHUNK < len_e) | (p == 0):\n",
+     "    if not LIST:\n"
+     "        e = e + p * CHUNK\n"
+     "        e1 = e + CHUNK\n"
+     "        u1 = tl.load(x_row + e1, mask=(e1 // 8) * 8 < len_e, other=0)\n"
+     "    u = tl.load(x_row + e, mask=((e // 8) * 8 < len_e) & (listed == 0), other=0)\n"
+     "    if ((p if LIST else 2 * p) * CHUNK < len_e) | (p == 0):\n"),
+    ("        else:\n"
+     "            _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)\n",
+     "        else:\n"
+     "            _collect_span(u, e < len_e, e, 2 * p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)\n"
+     "            if (2 * p + 1) * CHUNK < len_e:\n"
+     "                _collect_span(u1, e1 < len_e, e1, 2 * p + 1, t0, cnt_ptr + row, cb_ptr,\n"
+     "                              cc_row, CAP)\n"),
+    ("    _collect_kernel[(rows, lp if lst else n_chunks)](",
+     "    _collect_kernel[(rows, lp if lst else triton.cdiv(n_chunks, 2))]("),
+]
+
+
+def collect2_launch():
+    """``chunks-collect2``: a copy of ``_triton`` patched by ``COLLECT2``."""
+    src = open(_triton.__file__).read()
+    for old, new in COLLECT2:
+        if src.count(old) != 1:
+            raise ValueError(f"chunks-collect2: anchor moved, mend it: {old[:60]!r}")
+        src = src.replace(old, new)
+    return load_source(src, "topk_collect2", "dsv4_decode.ops.topk").launch
 
 
 def cell(variants, rows, cols, valid, k, kernels=False) -> None:
