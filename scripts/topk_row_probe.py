@@ -31,7 +31,7 @@ from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
 from dsv4_decode.ops.topk.config import span_log2
-from dsv4_decode.utils.module_copy import load_file, load_source
+from dsv4_decode.utils.module_copy import load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
          for r in (1, 6, 12, 24, 48, 64)]
@@ -70,12 +70,10 @@ def runner(name):
 def fold2_launch(n: int):
     """``chunks-fold2-N``: a copy of ``_triton`` whose grids of at least ``n`` chunk programs
     fold by 2 (at least), listing only where the default rule folds."""
-    src = open(_triton.__file__).read()
-    old = "    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists\n"
-    if old not in src:
-        raise ValueError("chunks-fold2: _triton.launch's list switch moved; mend the anchor")
-    mod = load_source(src.replace(old, "    lst = _default_log2(rows, n_chunks) > 0\n"),
-                      f"topk_fold2_{n}", "dsv4_decode.ops.topk")
+    src = patch(open(_triton.__file__).read(), [
+        ("    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists\n",
+         "    lst = _default_log2(rows, n_chunks) > 0\n")])
+    mod = load_source(src, f"topk_fold2_{n}", "dsv4_decode.ops.topk")
     mod._default_log2 = span_log2
     mod.span_log2 = lambda rows, nc: (max(span_log2(rows, nc), 1) if rows * nc >= n
                                       else span_log2(rows, nc))
@@ -107,12 +105,8 @@ COLLECT2 = [
 
 def collect2_launch():
     """``chunks-collect2``: a copy of ``_triton`` patched by ``COLLECT2``."""
-    src = open(_triton.__file__).read()
-    for old, new in COLLECT2:
-        if src.count(old) != 1:
-            raise ValueError(f"chunks-collect2: anchor moved, mend it: {old[:60]!r}")
-        src = src.replace(old, new)
-    return load_source(src, "topk_collect2", "dsv4_decode.ops.topk").launch
+    return load_source(patch(open(_triton.__file__).read(), COLLECT2), "topk_collect2",
+                       "dsv4_decode.ops.topk").launch
 
 
 def cell(variants, rows, cols, valid, k, kernels=False) -> None:
