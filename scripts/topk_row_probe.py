@@ -11,6 +11,8 @@ whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``chu
 the four launches with the group maxima of unfolded grids of at least N programs folded by 2
 while the collect stays by chunk (no segment lists; session 26's "Next"); ``chunks-collect2``
 the four launches with each small-grid collect program taking two chunks (half the CTAs);
+``chunks-nolist-N`` the four launches with folded grids of at most N chunk programs collected
+by chunk instead of from segment lists;
 ``file:PATH`` the
 four launches of another ``_triton.py`` (an earlier commit's: ``git show
 REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
@@ -55,6 +57,8 @@ def runner(name):
         return fold2_launch(int(name.split("-")[2]))
     if name == "chunks-collect2":
         return collect2_launch()
+    if name.startswith("chunks-nolist-"):
+        return nolist_launch(int(name.split("-")[2]))
     _, warps, tile = name.split("-")
 
     def launch(*args):
@@ -78,6 +82,15 @@ def fold2_launch(n: int):
     mod.span_log2 = lambda rows, nc: (max(span_log2(rows, nc), 1) if rows * nc >= n
                                       else span_log2(rows, nc))
     return mod.launch
+
+
+def nolist_launch(n: int):
+    """``chunks-nolist-N``: a copy of ``_triton`` whose folded grids of at most ``n`` chunk
+    programs collect by chunk (no segment lists), the group maxima folded as the rule says."""
+    src = patch(open(_triton.__file__).read(), [
+        ("    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists\n",
+         f"    lst = log_r > 0 and rows * n_chunks > {n}\n")])
+    return load_source(src, f"topk_nolist_{n}", "dsv4_decode.ops.topk").launch
 
 
 # (anchor, replacement) for chunks-collect2: on small grids (LIST == 0) collect program p takes
