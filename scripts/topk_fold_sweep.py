@@ -1,10 +1,12 @@
 """Probe: plain mode's folded grids (``config.span_log2`` > 0: the collect from the
 threshold's segment lists) against the same cells run unfolded (one chunk a program: the
 small-grid path), with the threshold as its own launch or fused into the group-maxima pass
-(k = 512). ``folded`` folds from 1,024 programs, as before session 10 (``UNFOLDED_PROGRAMS``
-set to 0); session 10's run 5 named it ``pick`` (its fuse flag had no effect on a folded
-grid). The bench's method (CUDA graph of 20 calls, median of 20 replays, µs); each variant's
-answer is checked against the first's. ``PYTHONPATH=. python3 scripts/topk_fold_sweep.py``
+(k = 512). ``folded`` folds and lists from 1,024 programs, as before session 10
+(``CHUNK_PROGRAMS`` set to 0); ``unfolded`` neither folds nor lists (``CHUNK_PROGRAMS`` and
+``FOLD2_PROGRAMS`` past any grid); session 10's run 5 named ``folded`` ``pick`` (its fuse
+flag had no effect on a folded grid). The bench's method (CUDA graph of 20 calls, median of
+20 replays, µs); each variant's answer is checked against the first's.
+``PYTHONPATH=. python3 scripts/topk_fold_sweep.py``
 """
 
 import torch
@@ -26,10 +28,10 @@ def run(rows, cols, valid) -> str:
     ws = make_topk_workspace(rows, K, "cuda")
     out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
     res, want = [], None
-    unfolded = config.UNFOLDED_PROGRAMS
+    saved = config.CHUNK_PROGRAMS, config.FOLD2_PROGRAMS
     for name, fold, fuse in (("folded", True, False), ("unfolded_fused", False, True),
                              ("unfolded", False, False)):
-        config.UNFOLDED_PROGRAMS = 0 if fold else 1 << 30
+        config.CHUNK_PROGRAMS, config.FOLD2_PROGRAMS = (0, 0) if fold else (1 << 30, 1 << 30)
         try:
             us = T._timed(lambda x, fuse=fuse: _triton.launch(
                 x.view(torch.int16), lens, out, ws, ws.cfg, K, fuse=fuse), xs)
@@ -38,7 +40,7 @@ def run(rows, cols, valid) -> str:
             want = got if want is None else want
             res.append(f"{name} {us:.2f}{'' if torch.equal(got, want) else ' DIFFERENT'}")
         finally:
-            config.UNFOLDED_PROGRAMS = unfolded
+            config.CHUNK_PROGRAMS, config.FOLD2_PROGRAMS = saved
     return f"{rows}x{cols}x{valid}: " + ", ".join(res)
 
 

@@ -7,9 +7,9 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
 A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``;
 ``chunks-strided`` / ``chunks-spans`` the four launches with every folded grid's
 group maxima folded strided (program p folds chunks p, p + n_p, ...) / in spans of R chunks,
-whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``chunks-fold2-N``
-the four launches with the group maxima of unfolded grids of at least N programs folded by 2
-while the collect stays by chunk (no segment lists; session 26's "Next"); ``chunks-collect2``
+whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``chunks-fold2-off``
+the four launches without session 27's fold by 2 (grids of ``config.FOLD2_PROGRAMS`` to
+``CHUNK_PROGRAMS`` chunk programs unfolded, as before); ``chunks-collect2``
 the four launches with each small-grid collect program taking two chunks (half the CTAs);
 ``chunks-nolist-N`` the four launches with folded grids of at most N chunk programs collected
 by chunk instead of from segment lists;
@@ -32,7 +32,7 @@ from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
-from dsv4_decode.ops.topk.config import span_log2
+from dsv4_decode.ops.topk.config import CHUNK_PROGRAMS, span_log2
 from dsv4_decode.utils.module_copy import load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
@@ -53,8 +53,8 @@ def runner(name):
         mod.strided_fold = lambda rows, n_chunks, k: (name == "chunks-strided"
                                                       and span_log2(rows, n_chunks) > 0)
         return mod.launch
-    if name.startswith("chunks-fold2-"):
-        return fold2_launch(int(name.split("-")[2]))
+    if name == "chunks-fold2-off":
+        return fold2_off_launch()
     if name == "chunks-collect2":
         return collect2_launch()
     if name.startswith("chunks-nolist-"):
@@ -71,16 +71,11 @@ def runner(name):
     return launch
 
 
-def fold2_launch(n: int):
-    """``chunks-fold2-N``: a copy of ``_triton`` whose grids of at least ``n`` chunk programs
-    fold by 2 (at least), listing only where the default rule folds."""
-    src = patch(open(_triton.__file__).read(), [
-        ("    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists\n",
-         "    lst = _default_log2(rows, n_chunks) > 0\n")])
-    mod = load_source(src, f"topk_fold2_{n}", "dsv4_decode.ops.topk")
-    mod._default_log2 = span_log2
-    mod.span_log2 = lambda rows, nc: (max(span_log2(rows, nc), 1) if rows * nc >= n
-                                      else span_log2(rows, nc))
+def fold2_off_launch():
+    """``chunks-fold2-off``: a copy of ``_triton`` without session 27's fold by 2 on grids of
+    ``FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS`` chunk programs (unfolded there, as before)."""
+    mod = load_source(open(_triton.__file__).read(), "topk_fold2_off", "dsv4_decode.ops.topk")
+    mod.span_log2 = lambda rows, nc: span_log2(rows, nc) if rows * nc > CHUNK_PROGRAMS else 0
     return mod.launch
 
 
@@ -88,7 +83,7 @@ def nolist_launch(n: int):
     """``chunks-nolist-N``: a copy of ``_triton`` whose folded grids of at most ``n`` chunk
     programs collect by chunk (no segment lists), the group maxima folded as the rule says."""
     src = patch(open(_triton.__file__).read(), [
-        ("    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists\n",
+        ("    lst = listed(rows, n_chunks)  # large grids collect from segment lists\n",
          f"    lst = log_r > 0 and rows * n_chunks > {n}\n")])
     return load_source(src, f"topk_nolist_{n}", "dsv4_decode.ops.topk").launch
 

@@ -19,7 +19,7 @@ from dsv4_decode.bench import topk as T
 from dsv4_decode.ops.topk import _triton, config, make_topk_workspace
 
 CELLS = [(r, c, v) for c in (262144, 524288, 1048576) for v in ("1/8", "all")
-         for r in (6, 12, 24, 48, 64) if r * c // 2048 > config.UNFOLDED_PROGRAMS]
+         for r in (6, 12, 24, 48, 64) if r * c // 2048 > config.CHUNK_PROGRAMS]
 K = 512
 LOGS = (1, 2, 3, 4)  # R = 1 lost in every cell of session 19's run 6
 

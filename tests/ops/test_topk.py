@@ -307,6 +307,7 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     if folded:  # as test_folded_spans: 2 collect programs a row, regions of 32 segments
         monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: folded == "strided")
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
+        monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
         monkeypatch.setattr(_triton, "LIST_REGION", 32)
         monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
     gen = torch.Generator().manual_seed(21)
@@ -346,6 +347,7 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
     force_path(monkeypatch, "row" if layout == "row" else "chunks")
     if layout in ("folded", "strided"):
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
+        monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
         monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: layout == "strided")
         monkeypatch.setattr(_triton, "LIST_REGION", 32)
         monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
@@ -364,8 +366,8 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
 
 
 @pytest.mark.parametrize("strided", [False, True])
-@pytest.mark.parametrize("log_r", [1, 2])
-def test_folded_spans(log_r, strided, device, monkeypatch):
+@pytest.mark.parametrize("log_r, lists", [(1, True), (2, True), (1, False)])
+def test_folded_spans(log_r, lists, strided, device, monkeypatch):
     """Many-row grids fold R chunks per group-maxima program and collect a row of more than
     ``list_programs`` chunks from the threshold's lists of active segments (one per region of
     LIST_REGION segments, spans strided over those programs a row), a shorter one a
@@ -374,11 +376,13 @@ def test_folded_spans(log_r, strided, device, monkeypatch):
     strided loop runs and rows of 1-2 chunks are collected by chunk; at R = 4, 1 program a
     row: rows of 1 chunk by chunk, the rest listed, looping). ``strided``: the group maxima
     fold chunks p, p + n_p, ... (``config.strided_fold``), the threshold's group counts
-    follow."""
+    follow. ``lists`` False: the grids of ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS``
+    programs, folded by 2 and collected a chunk a program, every row (no lists)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
+    monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: lists)
     monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks, k: strided)
     monkeypatch.setattr(_triton, "LIST_REGION", 32)
     monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)

@@ -62,7 +62,7 @@ from ._words import (
     _wmax2,
     _word_key1,
 )
-from .config import NSEG, list_programs, span_log2, strided_fold
+from .config import NSEG, list_programs, listed, span_log2, strided_fold
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -689,7 +689,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     fuse = fuse and log_r == 0 and k <= 512
     pdl = pdl and pdl_capable(x16.device)
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
-    lst = log_r > 0  # folded (large) grids collect from the threshold's segment lists
+    lst = listed(rows, n_chunks)  # large grids collect from segment lists
     lp = list_programs(rows)
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r,

@@ -25,13 +25,23 @@ NSEG = 16
 # 4 from spilling registers (sm_90 compile test).
 RADIX_COLS = 4096
 
-# Plain mode folds no chunks up to this many group-maxima programs (rows x chunks of 2,048
-# columns). Session 10 (scripts/topk_fold_sweep.py, programmatic dependent launches, µs): at
-# 1,536-2,048 programs unfolded won in 6 of 7 cells (48 x 64K all 27.73 -> 19.05, 64 x 64K all
-# 33.09 -> 22.93, 12 x 256K 1/8 16.85 -> 12.92, 6 x 512K all 20.56 -> 17.51; lost 48 x 64K 1/8
-# 15.47 -> 15.96); at 3,072 it won at 1/8 valid and lost at all valid (12 x 512K all 21.72 ->
-# 25.47); from 6,144 it lost everywhere (12 x 1M all 28.36 -> 38.63).
-UNFOLDED_PROGRAMS = 2048
+# Plain mode collects a chunk a program (no segment lists) up to this many chunk programs (rows
+# x chunks of 2,048 columns); beyond, the group maxima fold R >= 2 chunks (``span_log2``) and a
+# long row is listed. Session 10 (scripts/topk_fold_sweep.py, programmatic dependent launches,
+# µs), folding and listing against neither: at 1,536-2,048 programs neither won in 6 of 7
+# cells (48 x 64K all 27.73 -> 19.05, 64 x 64K all 33.09 -> 22.93, 12 x 256K 1/8 16.85 ->
+# 12.92, 6 x 512K all 20.56 -> 17.51; lost 48 x 64K 1/8 15.47 -> 15.96); at 3,072 it won at
+# 1/8 valid and lost at all valid (12 x 512K all 21.72 -> 25.47); from 6,144 it lost
+# everywhere (12 x 1M all 28.36 -> 38.63).
+CHUNK_PROGRAMS = 2048
+# From FOLD2_PROGRAMS chunk programs up to CHUNK_PROGRAMS the group maxima fold 2 chunks a
+# program while the collect stays a chunk a program. Session 26 (run 4) folded by 2 from 768
+# or 1,536 programs with the lists: 1/8 valid -0.2 to -1.4 µs, all valid +1.1 to +3.4 (the
+# listed collect). Session 27 (run 1, ``scripts/topk_row_probe.py --variants
+# chunks,chunks-fold2-768,chunks-fold2-1536``, µs, same process) without them: 12 x 256K
+# 9.15 -> 8.58 at 1/8, 13.47 -> 13.10 all valid; 6 x 512K 9.08 -> 8.75 / 12.75 -> 12.80;
+# 24 x 64K 7.93 -> 7.61 / 10.78 -> 10.53 (768 programs); 6 x 256K 7.57 -> 7.59 / 9.87 -> 9.97.
+FOLD2_PROGRAMS = 768
 RADIX_ELEMENTS = 512
 
 # Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) for rows of
@@ -72,6 +82,13 @@ LIST_PROGRAMS_MANY = 40
 LIST_MANY_ROWS = 48
 
 
+def listed(rows: int, n_chunks: int) -> bool:
+    """Whether plain mode's grid collects from the threshold's segment lists (its rows longer
+    than ``list_programs`` chunks; shorter ones still a chunk a program): past
+    ``CHUNK_PROGRAMS`` programs."""
+    return rows * n_chunks > CHUNK_PROGRAMS
+
+
 def list_programs(rows: int) -> int:
     """Collect programs a row of a folded plain-mode grid of ``rows`` rows."""
     return LIST_PROGRAMS_MANY if rows >= LIST_MANY_ROWS else LIST_PROGRAMS
@@ -83,10 +100,10 @@ def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
 
 
 def span_log2(rows: int, n_chunks: int) -> int:
-    """log2 of the chunks R one group-maxima program folds: 1 (no folding) up to
-    ``UNFOLDED_PROGRAMS`` programs; beyond, R = 8 for rows of at most 256 chunks (512K columns)
-    once more than 3,072 programs remain, else the smallest R >= 2 (at most 8) that leaves at
-    most 3,072 programs.
+    """log2 of the chunks R one group-maxima program folds: R = 1 (no folding) below
+    ``FOLD2_PROGRAMS`` programs, R = 2 up to ``CHUNK_PROGRAMS``; beyond, R = 8 for rows of at
+    most 256 chunks (512K columns) once more than 3,072 programs remain, else the smallest
+    R >= 2 (at most 8) that leaves at most 3,072 programs.
 
     Measured on the H200 (``scripts/topk_span_sweep.py``, every folded k = 512 cell at R = 2 /
     4 / 8, µs). Session 18 (run 6): all valid, R = 2 was fastest in every cell (12 x 1M 24.8
@@ -97,8 +114,8 @@ def span_log2(rows: int, n_chunks: int) -> int:
     of 0.8 to 2.3 all valid (24 x 512K 30.9 / 29.2, 64 x 256K 49.1 / 48.3 / 46.8 at R = 8 /
     4 / 2); on 1M rows R = 8 lost both ways at 12 rows (1/8 15.4 / 15.2 at R = 4, all 27.8 /
     25.3 at R = 2)."""
-    if rows * n_chunks <= UNFOLDED_PROGRAMS:
-        return 0
+    if rows * n_chunks <= CHUNK_PROGRAMS:
+        return int(rows * n_chunks >= FOLD2_PROGRAMS and n_chunks >= 2)
     if n_chunks <= 256 and rows * n_chunks > 3072:
         return 3
     r = 2
