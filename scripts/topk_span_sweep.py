@@ -1,14 +1,15 @@
 """Probe: plain mode's folded grids at each fold factor R (one GPU).
 
     PYTHONPATH=. python3 scripts/topk_span_sweep.py [ROWSxCOLSxVALID ...] [--stages 3,4]
+        [--k 2048]
 
 ``config.span_log2`` folds R chunks into one group-maxima program (its rule: docs/kernels/
 topk.md, sessions 18, 19 and 21). Each cell is timed with R = 2, 4, 8 and 16 forced
 (``_triton.span_log2`` patched), the list twice, the bench's method (CUDA graph of 20 calls,
-median of 20 replays, µs; k = 512); every answer is compared with the first's. Cells default
-to the bench's folded k = 512 cells. ``--stages`` also varies ``_triton.FOLD_STAGES`` (the
-pipeline stages of a folding program's loop over its R chunks; the launch uses them on
-1M-column grids at R >= 4 only).
+median of 20 replays, µs; k = 512 unless ``--k``); every answer is compared with the
+first's. Cells default to the bench's folded k = 512 cells. ``--stages`` also varies
+``_triton.FOLD_STAGES`` (the pipeline stages of a folding program's loop over its R chunks;
+the launch uses them on 1M-column grids at R >= 4 only).
 """
 
 import sys
@@ -52,13 +53,18 @@ def run(rows, cols, valid, stages) -> str:
 
 
 def main(argv) -> None:
+    global K
     stages = [_triton.FOLD_STAGES]
+    if "--k" in argv:
+        i = argv.index("--k")
+        K = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     if "--stages" in argv:
         i = argv.index("--stages")
         stages = [int(u) for u in argv[i + 1].split(",")]
         argv = argv[:i] + argv[i + 2:]
     cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or CELLS
-    print(torch.cuda.get_device_name(), "(* = the rule's R)", flush=True)
+    print(torch.cuda.get_device_name(), f"k = {K} (* = the rule's R)", flush=True)
     for cell in cells:
         print(run(*cell, stages), flush=True)
 
