@@ -366,7 +366,7 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
 
 
 @pytest.mark.parametrize("strided", [False, True])
-@pytest.mark.parametrize("log_r, lists", [(1, True), (2, True), (1, False), (2, False)])
+@pytest.mark.parametrize("log_r, lists", [(1, True), (2, True), (1, False)])
 def test_folded_spans(log_r, lists, strided, device, monkeypatch):
     """Many-row grids fold R chunks per group-maxima program and collect a row of more than
     ``list_programs`` chunks from the threshold's lists of active segments (one per region of
@@ -377,7 +377,7 @@ def test_folded_spans(log_r, lists, strided, device, monkeypatch):
     row: rows of 1 chunk by chunk, the rest listed, looping). ``strided``: the group maxima
     fold chunks p, p + n_p, ... (``config.strided_fold``), the threshold's group counts
     follow. ``lists`` False: the grids of ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS``
-    programs, folded by 2 or 4 and collected a chunk a program, every row (no lists)."""
+    programs, folded by 2 and collected a chunk a program, every row (no lists)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")

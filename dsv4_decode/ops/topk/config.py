@@ -41,10 +41,7 @@ CHUNK_PROGRAMS = 2048
 # chunks,chunks-fold2-768,chunks-fold2-1536``, µs, same process) without them: 12 x 256K
 # 9.15 -> 8.58 at 1/8, 13.47 -> 13.10 all valid; 6 x 512K 9.08 -> 8.75 / 12.75 -> 12.80;
 # 24 x 64K 7.93 -> 7.61 / 10.78 -> 10.53 (768 programs); 6 x 256K 7.57 -> 7.59 / 9.87 -> 9.97.
-# From FOLD4_PROGRAMS on rows of at most 256 chunks they fold 4 (``span_log2``: session 27,
-# run 3).
 FOLD2_PROGRAMS = 768
-FOLD4_PROGRAMS = 1536
 RADIX_ELEMENTS = 512
 
 # Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) for rows of
@@ -103,31 +100,26 @@ def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
 
 
 def span_log2(rows: int, n_chunks: int) -> int:
-    """log2 of the chunks R one group-maxima program folds, from the grid's chunk programs
-    n = rows x chunks: R = 1 (no folding) below ``FOLD2_PROGRAMS``; on rows of at most 256
-    chunks (512K columns) R = 2 below ``FOLD4_PROGRAMS``, 4 up to 3,072, 8 beyond; on longer
-    rows R = 2 up to 3,072, beyond the smallest R >= 2 (at most 8) that leaves at most 3,072
-    programs.
+    """log2 of the chunks R one group-maxima program folds: R = 1 (no folding) below
+    ``FOLD2_PROGRAMS`` programs, R = 2 up to ``CHUNK_PROGRAMS``; beyond, R = 8 for rows of at
+    most 256 chunks (512K columns) once more than 3,072 programs remain, else the smallest
+    R >= 2 (at most 8) that leaves at most 3,072 programs.
 
-    Measured on the H200 (``scripts/topk_span_sweep.py``, folded k = 512 cells at R = 2 / 4 /
-    8, µs). Session 18 (run 6): all valid, R = 2 was fastest in every cell (12 x 1M 24.8
+    Measured on the H200 (``scripts/topk_span_sweep.py``, every folded k = 512 cell at R = 2 /
+    4 / 8, µs). Session 18 (run 6): all valid, R = 2 was fastest in every cell (12 x 1M 24.8
     against 27.9 at R = 8, 64 x 1M 81.1 / 84.7); at 1/8 valid (most programs idle) larger R
     won as the grid grew. Session 19 (runs 3, 6, after short rows on folded grids were
     collected by chunk): at 1/8 valid R = 8 won on the 256K and 512K rows from 6,144 chunks
     (24 x 512K 14.6 against 16.1 at R = 2, 64 x 256K 18.7 against 20.9 at R = 4), at a price
     of 0.8 to 2.3 all valid (24 x 512K 30.9 / 29.2, 64 x 256K 49.1 / 48.3 / 46.8 at R = 8 /
     4 / 2); on 1M rows R = 8 lost both ways at 12 rows (1/8 15.4 / 15.2 at R = 4, all 27.8 /
-    25.3 at R = 2). Session 27 (run 3, R = 2 / 4, 1/8 then all valid): 12 x 512K 9.97 / 9.63
-    and 16.10 / 16.30, 24 x 256K 10.24 / 9.95 and 18.03 / 18.09, 6 x 512K 9.14 / 8.77 and
-    13.19 / 13.17, 12 x 256K 8.76 / 8.74 and 13.26 / 12.84; on 1M rows 6 x 1M 10.22 / 9.87
-    but 15.86 / 16.81 all valid; at 768 programs (24 x 64K) within 0.1 both ways."""
-    n = rows * n_chunks
-    if n < FOLD2_PROGRAMS or n_chunks < 2:
-        return 0
-    if n_chunks <= 256:
-        return 1 if n < FOLD4_PROGRAMS else 2 if n <= 3072 else 3
+    25.3 at R = 2)."""
+    if rows * n_chunks <= CHUNK_PROGRAMS:
+        return int(rows * n_chunks >= FOLD2_PROGRAMS and n_chunks >= 2)
+    if n_chunks <= 256 and rows * n_chunks > 3072:
+        return 3
     r = 2
-    while r < 8 and n > 3072 * r and 2 * r <= n_chunks:
+    while r < 8 and rows * n_chunks > 3072 * r and 2 * r <= n_chunks:
         r *= 2
     return r.bit_length() - 1
 
