@@ -5,21 +5,20 @@ against the four-launch pipeline (``_triton``), same inputs, one process (one GP
         [--variants chunks,row-16-8192,row-8-8192] [--kernels]
 
 A variant ``row-W-T`` runs ``_row.launch`` with ``NUM_WARPS = W`` and ``TILE = T``;
-``chunks-strided`` / ``chunks-spans`` the four launches with every folded grid's
-group maxima folded strided (program p folds chunks p, p + n_p, ...) / in spans of R chunks,
-whatever ``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``chunks-fold2-off``
-the four launches without session 27's fold by 2 (grids of ``config.FOLD2_PROGRAMS`` to
-``CHUNK_PROGRAMS`` chunk programs unfolded, as before); ``chunks-collect2``
-the four launches with each small-grid collect program taking two chunks (half the CTAs);
+``chunks-strided`` / ``chunks-spans`` the four launches with every folded grid's group maxima
+folded strided (program p folds chunks p, p + n_p, ...) / in spans of R chunks, whatever
+``config.strided_fold`` picks (session 23: docs/kernels/topk.md); ``chunks-fold2-off`` the
+four launches without session 27's fold by 2 (grids of ``config.FOLD2_PROGRAMS`` to
+``CHUNK_PROGRAMS`` chunk programs unfolded, as before); ``chunks-collect2`` the four launches
+with each small-grid collect program taking two chunks (half the CTAs, an atomic a chunk);
+``chunks-collect2a`` the same with one atomic for both chunks (one [2 * CHUNK / 8, 8] tile);
 ``chunks-nolist-N`` the four launches with folded grids of at most N chunk programs collected
-by chunk instead of from segment lists;
-``file:PATH`` the
-four launches of another ``_triton.py`` (an earlier commit's: ``git show
-REV:dsv4_decode/ops/topk/_triton.py > PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of
-another ``_row.py``. Each cell
-is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays,
-as ``bench topk``), after every variant's output was compared bitwise with the first's;
-``--kernels`` then prints each variant's per-kernel profiler table (``bench.kernels``).
+by chunk instead of from segment lists; ``file:PATH`` the four launches of another
+``_triton.py`` (an earlier commit's: ``git show REV:dsv4_decode/ops/topk/_triton.py >
+PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of another ``_row.py``. Each cell is timed
+variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays, as ``bench
+topk``), after every variant's output was compared bitwise with the first's; ``--kernels``
+then prints each variant's per-kernel profiler table (``bench.kernels``).
 Cells default to the bench's 64K and 256K cells; VALID ``mix`` is row 0 at 1/8 valid and the
 others all valid. Prints one line a cell.
 """
@@ -57,6 +56,8 @@ def runner(name):
         return fold2_off_launch()
     if name == "chunks-collect2":
         return collect2_launch()
+    if name == "chunks-collect2a":
+        return collect2a_launch()
     if name.startswith("chunks-nolist-"):
         return nolist_launch(int(name.split("-")[2]))
     _, warps, tile = name.split("-")
@@ -109,6 +110,61 @@ COLLECT2 = [
     ("    _collect_kernel[(rows, lp if lst else n_chunks)](",
      "    _collect_kernel[(rows, lp if lst else triton.cdiv(n_chunks, 2))]("),
 ]
+
+
+# (anchor, replacement) for chunks-collect2a: as chunks-collect2, but the two chunks are one
+# [2 * CHUNK / 8, 8] tile with ONE atomic for both spans (the second span's base follows the
+# first's count), so a busy program's chain is as long as one chunk's
+COLLECT2A = [
+    ("    e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]\n",
+     "    G: tl.constexpr = 2 - LIST\n"
+     "    e = (p * (G * CHUNK) + tl.arange(0, G * CHUNK // 8)[:, None] * 8\n"
+     "         + tl.arange(0, 8)[None, :])\n"),
+    ("    if (p * CHUNK < len_e) | (p == 0):\n",
+     "    if (p * (G * CHUNK) < len_e) | (p == 0):\n"),
+    ("        else:\n"
+     "            _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)\n",
+     "        else:\n"
+     "            _collect_span2(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP,\n"
+     "                           CHUNK // 8, (cols + CHUNK - 1) // CHUNK)\n"),
+    ("@triton.jit\ndef _select_tile(",
+     "@triton.jit\n"
+     "def _collect_span2(u, valid, e, p, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr,\n"
+     "                   ROWS: tl.constexpr, n_chunks):\n"
+     "    cand = _at_least_t0(u, valid, t0)\n"
+     "    ci = cand.to(tl.int32)\n"
+     "    n_a = tl.sum(ci, axis=1)\n"
+     "    second = tl.arange(0, 2 * ROWS) >= ROWS\n"
+     "    n_0 = tl.sum(tl.where(second, 0, n_a), axis=0)\n"
+     "    n_q = tl.sum(n_a, axis=0)\n"
+     "    cc0 = n_0\n"
+     "    cc1 = n_q - n_0\n"
+     "    if n_q > 0:\n"
+     "        base = tl.atomic_add(cnt_ptr, n_q, sem=\"relaxed\")\n"
+     "        cc0 = n_0 | (tl.minimum(base, 32767) << 16)\n"
+     "        cc1 = (n_q - n_0) | (tl.minimum(base + n_0, 32767) << 16)\n"
+     "        pre = tl.cumsum(n_a, axis=0) - n_a\n"
+     "        inrow = tl.cumsum(ci, axis=1) - 1\n"
+     "        rank = (pre - tl.where(second, n_0, 0))[:, None] + inrow\n"
+     "        pos = base + pre[:, None] + inrow\n"
+     "        keep = cand & (pos < CAP)\n"
+     "        lo = (rank << RANK_SHIFT) | (u.to(tl.int32) & 0xFFFF)\n"
+     "        hi = ((2 * p + second.to(tl.int32))[:, None] << COL_BITS) | e\n"
+     "        lo64 = lo.to(tl.uint32, bitcast=True).to(tl.int64)\n"
+     "        tl.store(cb_ptr + pos, (hi.to(tl.int64) << 32) | lo64, mask=keep)\n"
+     "    tl.store(cc_row + 2 * p, cc0)\n"
+     "    if 2 * p + 1 < n_chunks:\n"
+     "        tl.store(cc_row + 2 * p + 1, cc1)\n"
+     "\n\n@triton.jit\ndef _select_tile("),
+    ("    _collect_kernel[(rows, lp if lst else n_chunks)](",
+     "    _collect_kernel[(rows, lp if lst else triton.cdiv(n_chunks, 2))]("),
+]
+
+
+def collect2a_launch():
+    """``chunks-collect2a``: a copy of ``_triton`` patched by ``COLLECT2A``."""
+    return load_source(patch(open(_triton.__file__).read(), COLLECT2A), "topk_collect2a",
+                       "dsv4_decode.ops.topk").launch
 
 
 def collect2_launch():
