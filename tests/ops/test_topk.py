@@ -461,14 +461,11 @@ def test_blocks_match_twin(rows, cols, nb, block, lens_spec, kind, device):
 
 @pytest.mark.parametrize("block,kind", [(8, "crowded"), (8, "constant"), (8, "tied"),
                                         (4, "special"), (64, "rising"), (2, "falling")])
-def test_blocks_radix_across_chunks(block, kind, device, monkeypatch):
+def test_blocks_radix_across_chunks(block, kind, device):
     """Block mode's radix select over several chunks (programs) a row: ties at tau spread over
     chunks are kept lowest block first, rows with fewer candidates than n_blocks keep them all,
-    and a second call on the same workspace (histograms re-zeroed) gives the same answer.
-    Every row across CTAs (no one-CTA form: ``RADIX_ROW_COLS`` 0)."""
+    and a second call on the same workspace (histograms re-zeroed) gives the same answer."""
     from dsv4_decode.ops.topk.config import RADIX_COLS
-
-    monkeypatch.setattr(config, "RADIX_ROW_COLS", 0)
 
     rows, cols = 7, 4 * RADIX_COLS + 3 * 8 * block  # 5+ chunks a row, the last one partial
     gen = torch.Generator().manual_seed(block)
@@ -488,14 +485,11 @@ def test_blocks_radix_across_chunks(block, kind, device, monkeypatch):
         assert torch.equal(got.cpu(), want[r:r + 1])
 
 
-def test_blocks_radix_chunk_loops(device, monkeypatch):
+def test_blocks_radix_chunk_loops(device):
     """Fewer programs than chunks (the one-launch form on a full GPU): each program loops over
-    chunks q, q + P, ... (P = 2 and 3; on the CPU through the three-launch form). Every row
-    across CTAs (no one-CTA form)."""
+    chunks q, q + P, ... (P = 2 and 3; on the CPU through the three-launch form)."""
     from dsv4_decode.ops.topk import _radix
     from dsv4_decode.ops.topk.config import RADIX_COLS
-
-    monkeypatch.setattr(config, "RADIX_ROW_COLS", 0)
 
     rows, cols, nb = 5, 7 * RADIX_COLS - 8, 40
     gen = torch.Generator().manual_seed(21)
@@ -514,18 +508,11 @@ def test_blocks_radix_chunk_loops(device, monkeypatch):
             assert int(ws.hist1.abs().sum()) == 0
 
 
-@pytest.mark.parametrize("row_cols,tile_keys", [(0, 0), (16384, 512), (131072, 4096)])
 @pytest.mark.parametrize("bits", [0x3FFD, 0x3FFE])
-def test_blocks_radix_threshold_at_bin_top(bits, row_cols, tile_keys, device, monkeypatch):
+def test_blocks_radix_threshold_at_bin_top(bits, device):
     """tau's low byte at the top of its bin (key1 low byte 254 / 255: the count above tau comes
-    from the next suffix slot or from the count above the bin), ties spread over 3 chunks
-    (``row_cols`` 0: across CTAs), over three of the one-CTA form's tiles (512 blocks a tile)
-    or in its one tile (the defaults)."""
-    from dsv4_decode.ops.topk import _radix
+    from the next suffix slot or from the count above the bin), ties spread over 3 chunks."""
     from dsv4_decode.ops.topk.config import RADIX_COLS
-
-    monkeypatch.setattr(config, "RADIX_ROW_COLS", row_cols)
-    monkeypatch.setattr(_radix, "ROW_TILE_KEYS", tile_keys or _radix.ROW_TILE_KEYS)
 
     cols = 3 * RADIX_COLS
     u = torch.full((2, cols), bits, dtype=torch.int16)
@@ -537,31 +524,6 @@ def test_blocks_radix_threshold_at_bin_top(bits, row_cols, tile_keys, device, mo
     for nb in (7, 600):  # ties cut in the first chunk / in the second
         got = decode_topk_blocks(x.to(device), lens.to(device), nb, 8)
         assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, nb, 8))
-
-
-@pytest.mark.parametrize("kind", ["crowded", "special", "tied"])
-def test_blocks_one_cta_and_across_in_one_call(kind, device, monkeypatch):
-    """One call holding rows of both forms: with tiles of 512 columns (64 blocks of 8) a row
-    of at most 2,048 valid columns is the one-CTA kernel's (one tile, two, three, all four), a
-    longer one the multi-CTA kernel's, whose programs of the other rows leave (row 0 short:
-    its program (0, 0) waits and does nothing else). Two calls on one workspace: the second
-    must not see the first's histograms."""
-    from dsv4_decode.ops.topk import _radix
-
-    monkeypatch.setattr(config, "RADIX_ROW_COLS", 2048)
-    monkeypatch.setattr(_radix, "ROW_TILE_KEYS", 64)
-    rows, cols, nb = 8, 9000, 40
-    gen = torch.Generator().manual_seed(len(kind))
-    x = make_logits(kind, rows, cols, gen)
-    lens = torch.tensor([700, cols, 1500, 2048, 2049, 0, 1, 300], dtype=torch.int32)
-    want = decode_topk_blocks_ref(x, lens, nb, 8)
-    ws = make_topk_workspace(rows, nb, device, 8)
-    out = torch.full((rows, nb), -7, dtype=torch.int32, device=device)
-    for _ in range(2):
-        decode_topk_blocks(make_padded(x.to(device)), lens.to(device), nb, 8, out=out,
-                           workspace=ws)
-        assert torch.equal(out.cpu(), want)
-        assert int(ws.hist1.abs().sum()) == 0
 
 
 def test_bad_arguments(device):

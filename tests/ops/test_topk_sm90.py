@@ -47,22 +47,16 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
 from dsv4_decode.ops.topk import _radix as RX
 for block in (8, 2, 64):
     c = TopkConfig.pick(2048, block)
-    tb, nt = RX.row_tiles(block)
     for phase in range(4):
         out[f"radix-b{block}-phase{phase}"] = spill_stores(RX._radix_kernel, dict(
-            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase, TWIN=False, PDL=True,
-            ROWB=tb * nt), RX.NUM_WARPS,
+            NCH=c.rchunks, BLOCK=block, CE=c.rchunk, KP=2048, PHASE=phase, TWIN=False, PDL=True),
+            RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
     out[f"radix-b{block}-one-row"] = spill_stores(RX._radix_kernel, dict(
             NCH=c.rchunks, BLOCK=block, CE=c.radix_chunk(1), KP=2048, PHASE=0, TWIN=False,
-            PDL=True, ROWB=0),
+            PDL=True),
             RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
-    # the one-CTA form at the model's n_blocks (at 64 blocks and blocks of 8 ptxas spills 4
-    # bytes at its cap of 128 registers: not a production shape)
-    out[f"radix-row-b{block}"] = spill_stores(RX._row_radix_kernel, dict(
-            BLOCK=block, TB=tb, NT=nt, KP=2048, TWIN=False, PDL=True), RX.ROW_WARPS,
-            {"x_ptr": "*i16"}, default_ptr="*i32")
 from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):
     c = TopkConfig.pick(k)

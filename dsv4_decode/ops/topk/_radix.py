@@ -1,4 +1,4 @@
-"""Radix-select kernels of ``decode_topk_blocks`` (private). Design: docs/kernels/topk.md.
+"""Radix-select kernel of ``decode_topk_blocks`` (private). Design: docs/kernels/topk.md.
 
 Block mode ranks at most 2**20 / block elements (131,072 blocks of 8), so an exact radix
 select on the 17-bit ``key1`` is cheap enough to need no candidate buffer, no fallback and no
@@ -17,12 +17,6 @@ length read on the device, three phases:
    at tau to keep, and gathers two suffix counts per earlier chunk of its row for its output
    offset and the ties before it (ties go to the lower index). It writes its keys > tau and its
    share of the ties at its offset, ascending; program 0 of each row pads with -1.
-
-A row of at most ``config.RADIX_ROW_COLS`` valid columns is not this kernel's: the launch
-before it, ``_row_radix_kernel``, runs the same three phases in one CTA a row, the row's keys
-in registers (up to 4 tiles of at most 4,096 blocks) and the histograms inside the CTA, and
-this kernel's programs of such rows leave (``ROWB``); it is not launched at all when no row
-can be longer.
 
 One launch (``PHASE = 0``) whenever every program of the grid can be resident at once (P is
 cut to fit): the phases are separated by a barrier among the row's working programs (``bar``:
@@ -48,7 +42,6 @@ import triton.language as tl
 
 from dsv4_decode.utils.device import pdl_capable
 
-from . import config
 from ._words import (
     NEG_INF_KEY1,
     PIN_KEY1,
@@ -66,13 +59,7 @@ H2 = tl.constexpr(256)  # bins of the low byte
 M_BIN, M_ABOVE = (tl.constexpr(i) for i in range(2))
 META = tl.constexpr(8)
 NUM_WARPS = 4
-PDL_ROWS = 6  # rows up to which the multi-CTA kernel, launched first, is a dependent launch
-ROW_WARPS = 16  # the one-CTA form's warps
-# a tile of the one-CTA form: at most ROW_TILE_KEYS blocks (8 key registers a thread at 16
-# warps) and ROW_TILE_WORDS words (its loads: 32 registers a thread), at most ROW_TILES tiles
-ROW_TILE_KEYS = 4096
-ROW_TILE_WORDS = 16384
-ROW_TILES = 4
+PDL_ROWS = 6  # rows up to which the select is a programmatic dependent launch (``launch``)
 
 
 @triton.jit
@@ -84,41 +71,23 @@ def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
     The columns load as words of two bf16 and reduce by packed maxima (``_words._wmax``),
     so a block of 8 costs one key transform, not eight."""
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-    u = _chunk_words(x_ptr, row, c, stride_x, length, BLOCK, CE)
-    return _words_keys(u, c, length, BLOCK, CE, TWIN), c * CE + tl.arange(0, CE)
-
-
-@triton.jit
-def _block_words(c, BLOCK: tl.constexpr, CE: tl.constexpr):
-    e = c * CE + tl.arange(0, CE)
-    return e[:, None] * (BLOCK // 2) + tl.arange(0, BLOCK // 2)[None, :]  # [CE, BLOCK / 2]
-
-
-@triton.jit
-def _chunk_words(x_ptr, row, c, stride_x, length, BLOCK: tl.constexpr, CE: tl.constexpr):
-    """The int32 words (two bf16 each) of chunk c's blocks, [CE, BLOCK / 2]; 0 past the
-    length's 8-column group (no memory traffic for a chunk wholly past it)."""
     # the API checks the row stride is a multiple of 8 elements: 16-byte loads whatever the
     # stride's own divisibility (stated on the product: on the stride alone it does not carry)
     x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
-    w = _block_words(c, BLOCK, CE)
+    e = c * CE + tl.arange(0, CE)
+    w = e[:, None] * (BLOCK // 2) + tl.arange(0, BLOCK // 2)[None, :]  # [CE, BLOCK / 2] words
     # masked per 8 columns (16 B), so the loads vectorize; reading up to 7 columns past the
     # length stays inside the row (the API checks the row stride and the storage for it)
-    return tl.load(x_row.to(tl.pointer_type(tl.int32)) + w, mask=(w // 4) * 8 < length, other=0)
-
-
-@triton.jit
-def _words_keys(u, c, length, BLOCK: tl.constexpr, CE: tl.constexpr, TWIN: tl.constexpr):
-    """``_chunk_keys``'s keys from the words ``u`` of chunk c."""
-    u = _mask_words(_block_words(c, BLOCK, CE), u, length)
+    u = tl.load(x_row.to(tl.pointer_type(tl.int32)) + w, mask=(w // 4) * 8 < length, other=0)
+    u = _mask_words(w, u, length)
     if BLOCK == 2:  # one word a block: its halves' keys (the packed form spilled registers)
         u = tl.reshape(u, [CE])
         key1 = tl.maximum(_key1(u & 0xFFFF), _key1((u >> 16) & 0xFFFF))
     else:
         key1 = _word_key1(_wmax(u, 1, TWIN), TWIN)
     key1 = tl.where(key1 > NEG_INF_KEY1, key1, 0)
-    e = c * CE + tl.arange(0, CE)
-    return tl.where((e == (length - 1) // BLOCK) & (length > 0), PIN_KEY1, key1)
+    key1 = tl.where((e == (length - 1) // BLOCK) & (length > 0), PIN_KEY1, key1)
+    return key1, e
 
 
 @triton.jit
@@ -198,104 +167,18 @@ def _write(key1, e, c, tau, lsel, ties, csuf_row, cgt_row, o_row, NCH: tl.conste
 
 
 @triton.jit
-def _row_tile_write(key1, e, tau, ties, gt_before, eq_before, o_row):
-    """The one-CTA form's write of one tile: its keys > tau and the ties at tau whose rank in
-    the row (``eq_before`` ties in earlier tiles) is below ``ties``, at their rank among the
-    row's kept blocks (``gt_before`` + the kept ties before), ascending. One scan of
-    ``gt << 16 | eq`` (a tile's counts are < 2**16). Returns the tile's counts above and at tau."""
-    gt = (key1 > tau).to(tl.int32)
-    eq = ((key1 == tau) & (key1 > 0)).to(tl.int32)
-    both = (gt << 16) | eq
-    pre = tl.cumsum(both, axis=0) - both  # exclusive: the tile's counts before each block
-    gt_b = gt_before + (pre >> 16)
-    eq_b = eq_before + (pre & 0xFFFF)
-    keep = (gt == 1) | ((eq == 1) & (eq_b < ties))
-    tl.store(o_row + gt_b + tl.minimum(eq_b, ties), e, mask=keep)
-    return tl.sum(gt, axis=0), tl.sum(eq, axis=0)
-
-
-@triton.jit
-def _row_radix_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K,
-                      BLOCK: tl.constexpr, TB: tl.constexpr, NT: tl.constexpr,
-                      KP: tl.constexpr, TWIN: tl.constexpr, PDL: tl.constexpr):
-    """One CTA a row, for rows of at most NT * TB valid blocks (longer ones: ``_radix_kernel``,
-    launched after it): the same radix select with the row's keys in registers (NT tiles of
-    TB blocks, each tile's loads issued before the previous tile's keys are made) and the
-    histograms inside the CTA: no barrier between CTAs, no second read of the row."""
-    if PDL:
-        _pdl_enter()
-    row = tl.program_id(0)
-    length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-    if len_e <= NT * TB:
-        o_row = out_ptr + row.to(tl.int64) * stride_o
-        keys = ()
-        u = _chunk_words(x_ptr, row, 0, stride_x, length, BLOCK, TB)
-        for t in tl.static_range(NT):
-            if t + 1 < NT:  # in flight while tile t's keys are made
-                u_next = _chunk_words(x_ptr, row, t + 1, stride_x, length, BLOCK, TB)
-            keys = keys + (_words_keys(u, t, length, BLOCK, TB, TWIN),)
-            if t + 1 < NT:
-                u = u_next
-        h1 = tl.zeros([H1], tl.int32)
-        for t in tl.static_range(NT):
-            if len_e > t * TB:
-                h1 += tl.histogram(keys[t] >> 8, H1, mask=keys[t] > 0)
-        bsel, above = _largest_bin(h1, 0, K, H1)
-        h2 = tl.zeros([H2], tl.int32)
-        for t in tl.static_range(NT):
-            if len_e > t * TB:
-                h2 += tl.histogram(keys[t] & 0xFF, H2,
-                                   mask=(keys[t] > 0) & ((keys[t] >> 8) == bsel))
-        lsel, greater = _largest_bin(h2, above, K, H2)
-        tau = bsel * 256 + lsel
-        ties = K - greater  # ties at tau to keep, lowest index first (more than exist: all)
-        n_gt = 0
-        n_eq = 0
-        for t in tl.static_range(NT):
-            if len_e > t * TB:
-                gt_t, eq_t = _row_tile_write(keys[t], t * TB + tl.arange(0, TB), tau, ties,
-                                             n_gt, n_eq, o_row)
-                n_gt += gt_t
-                n_eq += eq_t
-        i = tl.arange(0, KP)
-        tl.store(o_row + i, -1, mask=(i >= n_gt + tl.minimum(n_eq, ties)) & (i < K))
-
-
-@triton.jit
 def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr, bar_ptr,
                   out_ptr, stride_x, stride_o, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
                   CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr, TWIN: tl.constexpr,
-                  PDL: tl.constexpr, ROWB: tl.constexpr):
+                  PDL: tl.constexpr):
     # Program (row, q) of P = num_programs(1) owns chunks q, q + P, q + 2P, ... of the row: the
     # first one's keys stay in registers through the phases, later ones are re-read (L2).
-    # ROWB > 0: launched after ``_row_radix_kernel``, which took the rows of at most ROWB valid
-    # blocks. That kernel passed its wait before this one could start, so the length is read
-    # first, and the programs of its rows leave before the wait, but for program (0, 0): this
-    # kernel then still ends after the row kernel, and whatever waits on it waits on both.
+    if PDL:  # launched as a programmatic dependent: wait for the kernel before, then let the
+        _pdl_enter()  # next launch (this grid's CTAs have all started: none is kept out)
     row = tl.program_id(0)
     q = tl.program_id(1)
     P = tl.num_programs(1)
-    go = row >= 0
-    if ROWB > 0:
-        _, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-        go = (len_e > ROWB) | ((row == 0) & (q == 0))
-    if go:
-        if PDL:  # launched as a programmatic dependent: wait for the kernel before, then let
-            _pdl_enter()  # the next launch (this grid's CTAs have all started: none kept out)
-        if ROWB == 0:
-            _, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
-        if (ROWB == 0) | (len_e > ROWB):
-            _radix_row_body(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr,
-                            cgt_ptr, bar_ptr, out_ptr, stride_x, stride_o, cols, K, row, q, P,
-                            len_e, NCH, BLOCK, CE, KP, PHASE, TWIN)
-
-
-@triton.jit
-def _radix_row_body(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr,
-                    bar_ptr, out_ptr, stride_x, stride_o, cols, K, row, q, P, len_e,
-                    NCH: tl.constexpr, BLOCK: tl.constexpr, CE: tl.constexpr, KP: tl.constexpr,
-                    PHASE: tl.constexpr, TWIN: tl.constexpr):
-    """Program (row, q)'s share of the three phases (the module docstring)."""
+    _, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     n_act = (len_e + CE - 1) // CE
     m_row = meta_ptr + row * META
     h1_row = hist1_ptr + row * H1 + tl.arange(0, H1)
@@ -378,67 +261,43 @@ def _resident_ctas(kernel, device) -> int:
     return per_sm * props.multi_processor_count
 
 
-def programs_per_row(args, rows, n_chunks, block, ce, k, device, pdl=False, rowb=0) -> int:
+def programs_per_row(args, rows, n_chunks, block, ce, k, device, pdl=False) -> int:
     """Programs a row for the one-launch form: all its chunks, or as many as keep the whole
     grid resident at once (so no barrier waits on a program that never starts); 0 = use the
     three launches (interpreter, CPU, or more rows than the GPU holds programs)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return 0
     # Triton compiles one variant per multiple-of-16 pattern of the integer arguments
-    key = (device, block, ce, k, pdl, rowb) + tuple(a % 16 == 0 for a in args
-                                                    if isinstance(a, int))
+    key = (device, block, ce, k, pdl) + tuple(a % 16 == 0 for a in args if isinstance(a, int))
     if key not in _CAPACITY:
-        compiled = _radix_kernel.warmup(*args, grid=(1, 1), **_consts(block, ce, k, 0, pdl,
-                                                                      rowb=rowb))
+        compiled = _radix_kernel.warmup(*args, grid=(1, 1), **_consts(block, ce, k, 0, pdl))
         _CAPACITY[key] = _resident_ctas(compiled, device)
     return min(n_chunks, _CAPACITY[key] // rows)
 
 
-def _consts(block, ce, k, phase, pdl=False, twin=False, rowb=0) -> dict:
+def _consts(block, ce, k, phase, pdl=False, twin=False) -> dict:
     return dict(BLOCK=block, CE=ce, KP=triton.next_power_of_2(k), PHASE=phase, TWIN=twin,
-                PDL=pdl, ROWB=rowb, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
-
-
-def row_tiles(block: int) -> tuple[int, int]:
-    """(blocks a tile, tiles) of the one-CTA form (``_row_radix_kernel``) for rows of at most
-    ``config.RADIX_ROW_COLS`` valid columns; (0, 0): no one-CTA form."""
-    cap = config.RADIX_ROW_COLS // block
-    tb = min(cap, ROW_TILE_KEYS, ROW_TILE_WORDS // (block // 2))
-    return (tb, min(ROW_TILES, cap // tb)) if tb > 0 else (0, 0)
+                PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, programs: int | None = None,
            pdl: bool = True) -> None:
-    """Run the select: rows of at most ``config.RADIX_ROW_COLS`` valid columns in one CTA each
-    (``_row_radix_kernel``), then the longer ones across CTAs (``_radix_kernel``: one launch
-    where the grid fits the GPU at once, else three; not launched when no row can be longer).
+    """Run the select: one launch where the grid fits the GPU at once, else three.
     ``x16``: the bf16 logits viewed as int16 [rows, cols]. ``programs``: at most this many
     programs a row (the tests pass fewer than the chunks to run the chunk loops). ``pdl``
-    (default; sm_90+): programmatic dependent launches (``_words._pdl_enter``); the
-    multi-CTA kernel as the first launch only up to ``PDL_ROWS`` rows; ``pdl=False``: plain
-    ones, for the benchmark's comparison."""
+    (default; sm_90+, up to ``PDL_ROWS`` rows): programmatic dependent launches
+    (``_words._pdl_enter``); ``pdl=False``: plain ones, for the benchmark's comparison."""
     rows, cols = x16.shape
     ce = cfg.radix_chunk(rows)
-    n_blocks = triton.cdiv(cols, cfg.block)
-    n_chunks = triton.cdiv(n_blocks, ce)
-    pdl = pdl and pdl_capable(x16.device)
-    tb, nt = row_tiles(cfg.block)
-    twin = not x16.is_cuda
-    if tb:
-        _row_radix_kernel[(rows,)](
-            x16, lengths, out, x16.stride(0), out.stride(0), cols, k, BLOCK=cfg.block, TB=tb,
-            NT=nt, KP=triton.next_power_of_2(k), TWIN=twin, PDL=pdl, num_warps=ROW_WARPS,
-            **({"launch_pdl": True} if pdl else {}))
-        if n_blocks <= nt * tb:
-            return
+    n_chunks = triton.cdiv(triton.cdiv(cols, cfg.block), ce)
     args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
             x16.stride(0), out.stride(0), cols, k, ws.cgt.shape[1])
-    # as the first launch, session 10, same process (scripts/pdl_ab.py): -0.28 / -0.48 us at
-    # 1 row x 512K / 1M, -0.27 / -0.09 at 6 rows, -0.14 / +1.42 at 12 (my guess, not measured:
-    # the dependent grid's CTAs take the slots the previous call's free one by one); after the
-    # one-CTA kernel always dependent, so that the programs of its rows leave before the wait
-    pdl = pdl and (tb > 0 or rows <= PDL_ROWS)
-    fused = programs_per_row(args, rows, n_chunks, cfg.block, ce, k, x16.device, pdl, nt * tb)
+    # session 10, same process (scripts/pdl_ab.py): -0.28 / -0.48 us at 1 row x 512K / 1M,
+    # -0.27 / -0.09 at 6 rows, -0.14 / +1.42 at 12 (my guess, not measured: the dependent
+    # grid's CTAs take the slots the previous call's free one by one, not the launch's order)
+    pdl = pdl and rows <= PDL_ROWS and pdl_capable(x16.device)
+    fused = programs_per_row(args, rows, n_chunks, cfg.block, ce, k, x16.device, pdl)
     p = min(fused or n_chunks, programs or n_chunks)
     for phase in (0,) if fused else (1, 2, 3):
-        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, ce, k, phase, pdl, twin, nt * tb))
+        _radix_kernel[(rows, p)](*args, **_consts(cfg.block, ce, k, phase, pdl,
+                                                  not x16.is_cuda))

@@ -220,12 +220,10 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
     of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,
     device, block)``. Same graph safety and errors. An exact radix select on the block keys
     (``_radix``: a histogram of the high byte, one of the low byte inside the threshold bin,
-    then the write). A row of at most ``config.RADIX_ROW_COLS`` valid columns (128K: 1/8 of a
-    1M row) runs in one CTA, its keys in registers (``_row_radix_kernel``); a longer row
-    across CTAs, in a second launch whose phases meet at per-row barriers, sized so the whole
+    then the write) in one launch whose phases meet at per-row barriers, sized so the whole
     grid fits on the GPU at once (a kernel beside it on another stream can delay it, not block
     it, unless that kernel waits for this one); three launches under the interpreter or with
-    more rows than the GPU holds programs. Which rows take which form is read on the device.
+    more rows than the GPU holds programs.
     """
     _check(logits, lengths, n_blocks, block, out, workspace, "n_blocks")
     return _run(logits, lengths, n_blocks, block, out, workspace)

@@ -24,10 +24,6 @@ NSEG = 16
 # histograms short (4 blocks of 8 a thread at 4 warps); the element cap keeps blocks of 2 and
 # 4 from spilling registers (sm_90 compile test).
 RADIX_COLS = 4096
-# Block mode takes a row of at most RADIX_ROW_COLS valid columns in one CTA
-# (``_radix._row_radix_kernel``: its keys in registers, ``_radix.row_tiles``); longer rows
-# across CTAs (``_radix_kernel``). 0: every row across CTAs.
-RADIX_ROW_COLS = 131072
 
 # Plain mode collects a chunk a program (no segment lists) up to this many chunk programs (rows
 # x chunks of 2,048 columns); beyond, the group maxima fold R >= 2 chunks (``span_log2``) and a
