@@ -68,6 +68,21 @@ from .config import NSEG, list_programs, listed, span_log2, strided_fold
 COL_BITS = tl.constexpr(ref.COL_BITS)
 COL_MASK = tl.constexpr(ref.COL_MASK)
 TIE_SHIFT = tl.constexpr(ref.COL_BITS + 1)  # scratch entries: flag << 21 | index
+# _store_rows, per row: $1 candidate bits, $2 candidates before the row, $3 span base, $4-$7
+# the row's words, $8 q << COL_BITS | the row's first column, $9 buffer, $10 CAP. Candidate
+# j (lowest set bit first): rank r, slot $3 + r, bf16 bits from word j / 2, half j % 2.
+ROW_STORE = tl.constexpr(
+    "{ .reg .pred %p<3>; .reg .b32 %m, %low, %t, %k, %r, %pos, %w, %h, %lo, %hi; "
+    ".reg .b64 %a; mov.b32 $0, 0; setp.eq.s32 %p0, $1, 0; @%p0 bra done_${:uid}; "
+    "mov.b32 %m, $1; mov.b32 %r, $2; loop_${:uid}: neg.s32 %t, %m; and.b32 %low, %m, %t; "
+    "add.s32 %t, %low, -1; popc.b32 %k, %t; shr.u32 %t, %k, 1; setp.eq.s32 %p1, %t, 1; "
+    "selp.b32 %w, $5, $4, %p1; setp.eq.s32 %p1, %t, 2; selp.b32 %w, $6, %w, %p1; "
+    "setp.eq.s32 %p1, %t, 3; selp.b32 %w, $7, %w, %p1; and.b32 %h, %k, 1; "
+    "shl.b32 %h, %h, 4; shr.u32 %w, %w, %h; and.b32 %w, %w, 65535; add.s32 %pos, %r, $3; "
+    "setp.lt.s32 %p2, %pos, $10; shl.b32 %lo, %r, 17; or.b32 %lo, %lo, %w; "
+    "add.s32 %hi, $8, %k; mul.wide.s32 %a, %pos, 8; add.s64 %a, %a, $9; "
+    "@%p2 st.global.v2.b32 [%a], {%lo, %hi}; add.s32 %r, %r, 1; xor.b32 %m, %m, %low; "
+    "setp.ne.s32 %p0, %m, 0; @%p0 bra loop_${:uid}; done_${:uid}: }")
 RANK_SHIFT = tl.constexpr(17)  # buffer entries' low word: rank inside the span << 17 | bf16 bits
 
 
@@ -392,7 +407,7 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
                     stride_x, stride_s, stride_r, stride_b, stride_cc, cols, n_reg,
                     CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
                     LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
-                    PDL: tl.constexpr):
+                    TWIN: tl.constexpr, PDL: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
     # SEG elements: each candidate is written with its span (cbuf bits 52..) and its rank inside
     # the span (cbuf bits 17..), and each span's count goes to cc, so the buffer order the
@@ -425,7 +440,9 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
     # and whatever waits on it waits on the whole chain.
     if not PDL:
         t0 = tl.load(thr_ptr + row)
-    e = p * CHUNK + tl.arange(0, CHUNK // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    e0 = p * CHUNK + tl.arange(0, CHUNK // 8) * 8  # each row's first column
+    e = e0[:, None] + tl.arange(0, 8)[None, :]
+    n_in = tl.minimum(tl.maximum(len_e - e0, 0), 8)
     listed = len_e * 0
     if LIST:
         listed = _listed(len_e, CHUNK, P)
@@ -440,17 +457,17 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
             if listed == 1:
                 _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
                                 list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, cb_ptr,
-                                cc_row, CHUNK, NSEG, CAP, P, RS, NR)
+                                cc_row, CHUNK, NSEG, CAP, P, RS, NR, TWIN)
             else:
-                _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
+                _collect_span(u, e0, n_in, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP, TWIN)
         else:
-            _collect_span(u, e < len_e, e, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP)
+            _collect_span(u, e0, n_in, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP, TWIN)
 
 
 @triton.jit
 def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, cc_row,
                     CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
-                    P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr):
+                    P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr, TWIN: tl.constexpr):
     """Program p of a listed row: spans q = p, p + P, ... of NSEG places of the row's list of
     segments (the regions' lists one after the other; ``r``, ``pre``, ``n_act``:
     ``_region_prefix``)."""
@@ -482,8 +499,8 @@ def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, 
         e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
         e = e0[:, None] + tl.arange(0, 8)[None, :]
         u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
-        _collect_span(u, ok[:, None] & (e < len_e), e, q, t0, cnt_ptr, cb_ptr, cc_row,
-                      CAP)
+        n_in = tl.where(ok, tl.minimum(tl.maximum(len_e - e0, 0), 8), 0)
+        _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP, TWIN)
         q += P
 
 
@@ -508,29 +525,80 @@ def _at_least_t0(u, valid, t0):
 
 
 @triton.jit
-def _collect_span(u, valid, e, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr):
-    """Span q = the [CHUNK / 8, 8] elements ``e`` with bf16 bits ``u`` (``valid``: inside the
-    length): append those whose key1 is >= t0 (``_at_least_t0``), each with its rank inside
-    the span and its bf16 bits (the select takes the key of its few candidates); store
-    ``count | base << 16`` at ``cc_row + q`` (base: the span's first buffer slot, its
-    candidates follow in rank order; counts < 2**16)."""
-    cand = _at_least_t0(u, valid, t0)
-    n_a = tl.sum(cand.to(tl.int32), axis=1)
+def _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr,
+                  TWIN: tl.constexpr):
+    """Span q = rows of 8 elements (bf16 bits ``u`` [R, 8]; row r holds columns e0[r] ..
+    e0[r] + 7, of which the first ``n_in[r]`` are inside the length): append those whose key1
+    is >= t0, each with its rank inside the span and its bf16 bits (the select takes the key
+    of its few candidates); store ``count | base << 16`` at ``cc_row + q`` (base: the span's
+    first buffer slot, its candidates follow in rank order; counts < 2**16).
+
+    sm_90 (session 27): each row's candidates as a bit mask (``_row_candidates``: one packed
+    bf16x2 compare a word) and the stores by ``_store_rows`` (inline PTX), which loops over
+    a row's set bits only: an element that is not a candidate (~149 in 150 on a random row)
+    costs no address, packing or store. The interpreter (``TWIN``) runs the same selection
+    elementwise (``_at_least_t0``, a rank by scans, masked stores)."""
+    R: tl.constexpr = u.shape[0]
+    j = tl.arange(0, 8)[None, :]
+    if TWIN:
+        cand = _at_least_t0(u, j < n_in[:, None], t0)
+        n_a = tl.sum(cand.to(tl.int32), axis=1)
+    else:
+        lo16, hi16 = tl.split(tl.reshape(u, [R, 4, 2]))
+        w = (hi16.to(tl.int32) << 16) | (lo16.to(tl.int32) & 0xFFFF)  # element 2i low
+        bits = _row_candidates(w, t0) & ((1 << n_in) - 1)
+        n_a = tl.inline_asm_elementwise("popc.b32 $0, $1;", "=r,r", [bits], dtype=tl.int32,
+                                        is_pure=True, pack=1)
     n_q = tl.sum(n_a, axis=0)
     cc = n_q
     if n_q > 0:
         # relaxed: only the count must be atomic (the select runs after a kernel boundary)
         base = tl.atomic_add(cnt_ptr, n_q, sem="relaxed")
         cc = n_q | (tl.minimum(base, 32767) << 16)  # the base beside the count: see the select
-        rank = (tl.cumsum(n_a, axis=0) - n_a)[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
-        pos = base + rank
-        keep = cand & (pos < CAP)
-        # one 8-byte store a candidate (against two 4-byte ones: -0.35 to -2.7 µs a call, s. 22)
-        lo = (rank << RANK_SHIFT) | (u.to(tl.int32) & 0xFFFF)
-        hi = (q << COL_BITS) | e
-        lo64 = lo.to(tl.uint32, bitcast=True).to(tl.int64)  # zero-extended: no sign word
-        tl.store(cb_ptr + pos, (hi.to(tl.int64) << 32) | lo64, mask=keep)
+        pre = tl.cumsum(n_a, axis=0) - n_a  # the span's candidates before each row
+        if TWIN:
+            rank = pre[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
+            pos = base + rank
+            # one 8-byte store a candidate (against two 4-byte ones: -0.35 to -2.7 µs, s. 22)
+            lo = (rank << RANK_SHIFT) | (u.to(tl.int32) & 0xFFFF)
+            hi = (q << COL_BITS) | (e0[:, None] + j)
+            lo64 = lo.to(tl.uint32, bitcast=True).to(tl.int64)  # zero-extended: no sign word
+            tl.store(cb_ptr + pos, (hi.to(tl.int64) << 32) | lo64, mask=cand & (pos < CAP))
+        else:
+            _store_rows(bits, pre, base, w, (q << COL_BITS) | e0, cb_ptr, CAP)
     tl.store(cc_row + q, cc)
+
+
+@triton.jit
+def _row_candidates(w, t0):
+    """[R] bit masks: bit j set when element j of the row (words ``w`` [R, 4] of two bf16,
+    element 2i in word i's low half) has key1 >= t0. ``_at_least_t0``'s compare ``~(x <= v)``
+    as one ``set.gtu.bf16x2`` a word (greater or unordered: NaN passes; a bf16 compare, so
+    subnormals are compared as they are, as in the fp32 form)."""
+    k = tl.minimum(tl.maximum(t0 - 2, 0), 0xFF80)  # as _at_least_t0
+    k = tl.where(k == 0x7FFF, 0x7FFE, k)
+    v = tl.where(k >= 0x8000, k - 0x8000, 0xFFFF - k)
+    b2 = tl.inline_asm_elementwise(
+        "{ .reg .b32 %d, %t; set.gtu.u32.bf16x2 %d, $1, $2; and.b32 $0, %d, 1; "
+        "shr.u32 %t, %d, 15; and.b32 %t, %t, 2; or.b32 $0, $0, %t; }",
+        "=r,r,r", [w, w * 0 + ((v << 16) | v)], dtype=tl.int32, is_pure=True, pack=1)
+    return tl.sum(b2 << (2 * tl.arange(0, 4)[None, :]), axis=1)
+
+
+@triton.jit
+def _store_rows(bits, pre, base, w, qe0, cb_ptr, CAP: tl.constexpr):
+    """The buffer entries of the rows' candidates (``bits`` [R]): a loop over each row's set
+    bits in inline PTX, candidate j at slot base + pre + (its rank in the row) if below CAP,
+    ``rank << RANK_SHIFT | bits`` and ``qe0 + j`` (= q << COL_BITS | its column) in one
+    8-byte store, as ``_collect_span``'s twin writes them."""
+    wa, wb = tl.split(tl.reshape(w, [w.shape[0], 2, 2]))
+    w0, w2 = tl.split(wa)
+    w1, w3 = tl.split(wb)
+    z = bits * 0
+    tl.inline_asm_elementwise(
+        ROW_STORE, "=r,r,r,r,r,r,r,r,r,l,r",
+        [bits, pre, z + base, w0, w1, w2, w3, qe0, z.to(tl.int64) + cb_ptr.to(tl.int64),
+         z + CAP], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -659,9 +727,9 @@ LIST_REGION = 2048
 FOLD_STAGES = 5
 # Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
-# The collect's register cap: at 84, 6 four-warp CTAs fit a SM, no spills (80 spilled without
-# the 16-byte specialization); left alone, ptxas takes 89-92 for ``_at_least_t0``'s shifts (79
-# for a bf16 -> fp32 convert, which the interpreter flushes to zero on subnormals).
+# The collect's register cap, set when its compare and stores were elementwise (then 84: 6
+# four-warp CTAs a SM, no spills; ptxas took 89-92 left alone). Since session 27's
+# ``_store_rows`` it takes 34 registers on small grids and 50 listed (sm_90a), under the cap.
 COLLECT_MAXNREG = 84
 
 
@@ -712,7 +780,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-        P=lp if lst else n_chunks, RS=rs, num_warps=WARPS["collect"],
+        P=lp if lst else n_chunks, RS=rs, TWIN=not x16.is_cuda, num_warps=WARPS["collect"],
         maxnreg=COLLECT_MAXNREG, **regions, **common, **dep)
     # the span counts the select scans: a chunk each on small grids; on folded ones up to
     # list_programs chunks or cap / NSEG listed spans (more listed segments than cap is an
