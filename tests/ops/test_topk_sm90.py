@@ -38,7 +38,7 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
             RS=K.LIST_REGION, LIST=1, P=64, **spans, **common), 8)
     for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
         out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, TWIN=False, **common), 4, pdl,
+            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, ROW_PTX=True, **common), 4, pdl,
             K.COLLECT_MAXNREG)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
         NCH=c.max_chunks, SMALL=c.small, MID=min(2 * c.small, c.cap), CAP=c.cap, SCAN=2048,

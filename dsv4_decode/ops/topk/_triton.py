@@ -25,7 +25,7 @@ kernel's wait):
    that many chunks is *listed* (``_listed``): only the 128-element segments whose maximum,
    stored by pass 1, reaches T0, from the threshold's lists) and appends every element >= T0
    (one unordered compare: on sm_90 one packed bf16x2 compare a word into a row's candidate
-   bits, ``_row_candidates``; under the interpreter ``_at_least_t0`` an element) to the
+   bits, ``_row_candidates``; elsewhere ``_at_least_t0`` an element) to the
    row's candidate buffer (its bf16 bits, and its index with its rank inside its span; on
    sm_90 a PTX loop over each row's candidates, ``_store_rows``), one atomic a span; stores
    each span's candidate count and buffer base.
@@ -409,7 +409,7 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
                     stride_x, stride_s, stride_r, stride_b, stride_cc, cols, n_reg,
                     CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
                     LIST: tl.constexpr, P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
-                    TWIN: tl.constexpr, PDL: tl.constexpr):
+                    ROW_PTX: tl.constexpr, PDL: tl.constexpr):
     # Appends the row's elements >= T0 to its buffer in units ("spans") of NSEG segments of
     # SEG elements: each candidate is written with its span (cbuf bits 52..) and its rank inside
     # the span (cbuf bits 17..), and each span's count goes to cc, so the buffer order the
@@ -459,17 +459,18 @@ def _collect_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, list_ptr, rcnt_ptr, cb
             if listed == 1:
                 _collect_listed(x_row, len_e, p, t0, cnt_ptr + row,
                                 list_ptr + row.to(tl.int64) * stride_s, r, pre, n_act, cb_ptr,
-                                cc_row, CHUNK, NSEG, CAP, P, RS, NR, TWIN)
+                                cc_row, CHUNK, NSEG, CAP, P, RS, NR, ROW_PTX)
             else:
-                _collect_span(u, e0, n_in, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP, TWIN)
+                _collect_span(u, e0, n_in, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP, ROW_PTX)
         else:
-            _collect_span(u, e0, n_in, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP, TWIN)
+            _collect_span(u, e0, n_in, p, t0, cnt_ptr + row, cb_ptr, cc_row, CAP, ROW_PTX)
 
 
 @triton.jit
 def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, cc_row,
                     CHUNK: tl.constexpr, NSEG: tl.constexpr, CAP: tl.constexpr,
-                    P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr, TWIN: tl.constexpr):
+                    P: tl.constexpr, RS: tl.constexpr, NR: tl.constexpr,
+                    ROW_PTX: tl.constexpr):
     """Program p of a listed row: spans q = p, p + P, ... of NSEG places of the row's list of
     segments (the regions' lists one after the other; ``r``, ``pre``, ``n_act``:
     ``_region_prefix``)."""
@@ -502,7 +503,7 @@ def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, 
         e = e0[:, None] + tl.arange(0, 8)[None, :]
         u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
         n_in = tl.where(ok, tl.minimum(tl.maximum(len_e - e0, 0), 8), 0)
-        _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP, TWIN)
+        _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP, ROW_PTX)
         q += P
 
 
@@ -528,22 +529,23 @@ def _at_least_t0(u, valid, t0):
 
 @triton.jit
 def _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr,
-                  TWIN: tl.constexpr):
+                  ROW_PTX: tl.constexpr):
     """Span q = rows of 8 elements (bf16 bits ``u`` [R, 8]; row r holds columns e0[r] ..
     e0[r] + 7, of which the first ``n_in[r]`` are inside the length): append those whose key1
     is >= t0, each with its rank inside the span and its bf16 bits (the select takes the key
     of its few candidates); store ``count | base << 16`` at ``cc_row + q`` (base: the span's
     first buffer slot, its candidates follow in rank order; counts < 2**16).
 
-    sm_90 (session 27): each row's candidates as a bit mask (``_row_candidates``: one packed
-    bf16x2 compare a word) and the stores by ``_store_rows`` (inline PTX), which loops over
-    a row's set bits only: an element that is not a candidate (all but about 1 in 40 of a
-    random 64K row at k = 512, 1 in 600 of a 1M row) costs no address, packing or store.
-    The interpreter (``TWIN``) runs the same selection elementwise (``_at_least_t0``, a rank
-    by scans, masked stores)."""
+    ``ROW_PTX`` (sm_90+, session 27): each row's candidates as a bit mask
+    (``_row_candidates``: one packed bf16x2 compare a word) and the stores by ``_store_rows``
+    (inline PTX), which loops over a row's set bits only: an element that is not a candidate
+    (all but about 1 in 40 of a random 64K row at k = 512, 1 in 600 of a 1M row) costs no
+    address, packing or store.
+    Otherwise (the interpreter, older GPUs: ``set.bf16x2`` needs sm_90) the same selection
+    elementwise (``_at_least_t0``, a rank by scans, masked stores)."""
     R: tl.constexpr = u.shape[0]
     j = tl.arange(0, 8)[None, :]
-    if TWIN:
+    if not ROW_PTX:
         cand = _at_least_t0(u, j < n_in[:, None], t0)
         n_a = tl.sum(cand.to(tl.int32), axis=1)
     else:
@@ -559,7 +561,7 @@ def _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr
         base = tl.atomic_add(cnt_ptr, n_q, sem="relaxed")
         cc = n_q | (tl.minimum(base, 32767) << 16)  # the base beside the count: see the select
         pre = tl.cumsum(n_a, axis=0) - n_a  # the span's candidates before each row
-        if TWIN:
+        if not ROW_PTX:
             rank = pre[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
             pos = base + rank
             # one 8-byte store a candidate (against two 4-byte ones: -0.35 to -2.7 µs, s. 22)
@@ -593,7 +595,7 @@ def _store_rows(bits, pre, base, w, qe0, cb_ptr, CAP: tl.constexpr):
     """The buffer entries of the rows' candidates (``bits`` [R]): a loop over each row's set
     bits in inline PTX, candidate j at slot base + pre + (its rank in the row) if below CAP,
     ``rank << RANK_SHIFT | bits`` and ``qe0 + j`` (= q << COL_BITS | its column) in one
-    8-byte store, as ``_collect_span``'s twin writes them."""
+    8-byte store, as ``_collect_span``'s elementwise form writes them."""
     wa, wb = tl.split(tl.reshape(w, [w.shape[0], 2, 2]))
     w0, w2 = tl.split(wa)
     w1, w3 = tl.split(wb)
@@ -783,7 +785,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-        P=lp if lst else n_chunks, RS=rs, TWIN=not x16.is_cuda, num_warps=WARPS["collect"],
+        P=lp if lst else n_chunks, RS=rs, ROW_PTX=pdl_capable(x16.device),
+        num_warps=WARPS["collect"],
         maxnreg=COLLECT_MAXNREG, **regions, **common, **dep)
     # the span counts the select scans: a chunk each on small grids; on folded ones up to
     # list_programs chunks or cap / NSEG listed spans (more listed segments than cap is an
