@@ -24,11 +24,11 @@ kernel's wait):
    re-reads the row (whole chunks, a program each; on the larger grids a row of more than
    that many chunks is *listed* (``_listed``): only the 128-element segments whose maximum,
    stored by pass 1, reaches T0, from the threshold's lists) and appends every element >= T0
-   (one unordered compare: on sm_90 one packed bf16x2 compare a word into a row's candidate
-   bits, ``_row_candidates``; elsewhere ``_at_least_t0`` an element) to the
-   row's candidate buffer (its bf16 bits, and its index with its rank inside its span; on
-   sm_90 a PTX loop over each row's candidates, ``_store_rows``), one atomic a span; stores
-   each span's candidate count and buffer base.
+   (one unordered compare: on sm_90 grids of ``config.row_ptx`` one packed bf16x2 compare a
+   word into a row's candidate bits, ``_row_candidates``; elsewhere ``_at_least_t0`` an
+   element) to the row's candidate buffer (its bf16 bits, and its index with its rank inside
+   its span; there a PTX loop over each row's candidates, ``_store_rows``), one atomic a
+   span; stores each span's candidate count and buffer base.
 4. ``_select_kernel``     grid (rows,): in the smallest tile that holds the row's candidates
    (``small``, twice that, ``cap``) finds the exact k-th largest candidate key (a histogram
    of key1 - T0, ``_kth_above``) and writes the selected indices in ascending order
@@ -64,7 +64,7 @@ from ._words import (
     _wmax2,
     _word_key1,
 )
-from .config import NSEG, list_programs, listed, span_log2, strided_fold
+from .config import NSEG, list_programs, listed, row_ptx, span_log2, strided_fold
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -541,8 +541,9 @@ def _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP: tl.constexpr
     (inline PTX), which loops over a row's set bits only: an element that is not a candidate
     (all but about 1 in 40 of a random 64K row at k = 512, 1 in 600 of a 1M row) costs no
     address, packing or store.
-    Otherwise (the interpreter, older GPUs: ``set.bf16x2`` needs sm_90) the same selection
-    elementwise (``_at_least_t0``, a rank by scans, masked stores)."""
+    Otherwise (the interpreter, older GPUs: ``set.bf16x2`` needs sm_90, and grids below
+    ``config.ROW_PTX_PROGRAMS``, whose few busy programs wait on latency, not on issue) the
+    same selection elementwise (``_at_least_t0``, a rank by scans, masked stores)."""
     R: tl.constexpr = u.shape[0]
     j = tl.arange(0, 8)[None, :]
     if not ROW_PTX:
@@ -785,7 +786,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
         stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
-        P=lp if lst else n_chunks, RS=rs, ROW_PTX=pdl_capable(x16.device),
+        P=lp if lst else n_chunks, RS=rs,
+        ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
         num_warps=WARPS["collect"],
         maxnreg=COLLECT_MAXNREG, **regions, **common, **dep)
     # the span counts the select scans: a chunk each on small grids; on folded ones up to

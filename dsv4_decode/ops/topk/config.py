@@ -124,6 +124,24 @@ def span_log2(rows: int, n_chunks: int) -> int:
     return r.bit_length() - 1
 
 
+# The collect's span by rows of 8 in inline PTX (``_triton._store_rows``, sm_90) from
+# ROW_PTX_PROGRAMS chunk programs; below, the elementwise form. The PTX rows issue fewer
+# instructions an element but chain more latency in a program (the row loop, the bit
+# assembly): they pay where the collect is issue-bound (many busy programs), not on small
+# grids, whose few busy programs wait on latency. Session 28 (run 2,
+# ``scripts/topk_row_probe.py``, same process, µs, PTX rows / elementwise): below 768 programs
+# at 1/8 valid 6.84 / 6.47 (1 x 64K), 7.55 / 7.19 (6 x 64K), 7.52 / 7.30 (12 x 64K), 7.15 /
+# 6.95 (1 x 256K), 7.30 / 7.16 (1 x 1M), all valid 8.59 / 8.57 (12 x 64K) but 7.63 / 7.98
+# (6 x 64K) and 7.96 / 8.29 (1 x 1M), whose goals are far; at 768 (6 x 256K) 7.52 / 7.59 and
+# 9.70 / 10.00 (session 27, run 8: -0.3 to -1.4 µs all valid on 768-3,072 programs).
+ROW_PTX_PROGRAMS = 768
+
+
+def row_ptx(rows: int, n_chunks: int) -> bool:
+    """Whether the collect runs its PTX rows (on sm_90+) on a grid of rows x n_chunks chunks."""
+    return rows * n_chunks >= ROW_PTX_PROGRAMS
+
+
 # Folded grids of at least STRIDED_PROGRAMS chunk programs on rows of at most 256 chunks (512K
 # columns) fold strided (``_triton._group_max_kernel``'s STRIDED: program p takes chunks p,
 # p + n_p, ..., one chunk a load, 63 registers against 96, so the group maxima run in one wave).
