@@ -64,7 +64,7 @@ from ._words import (
     _wmax2,
     _word_key1,
 )
-from .config import NSEG, list_programs, listed, row_ptx, span_log2, strided_fold
+from .config import FOLD2_MAXNREG, NSEG, list_programs, listed, row_ptx, span_log2, strided_fold
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -772,6 +772,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,
         STAGES=FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1,
+        maxnreg=FOLD2_MAXNREG if log_r == 1 and k <= 512 else None,  # one wave at 1,536
         NSEG=NSEG, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
         **spans, **common, **dep)
     rs = LIST_REGION

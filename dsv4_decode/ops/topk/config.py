@@ -24,6 +24,7 @@ NSEG = 16
 # histograms short (4 blocks of 8 a thread at 4 warps); the element cap keeps blocks of 2 and
 # 4 from spilling registers (sm_90 compile test).
 RADIX_COLS = 4096
+RADIX_ELEMENTS = 512
 
 # Plain mode collects a chunk a program (no segment lists) up to this many chunk programs (rows
 # x chunks of 2,048 columns); beyond, the group maxima fold R >= 2 chunks (``span_log2``) and a
@@ -42,7 +43,18 @@ CHUNK_PROGRAMS = 2048
 # 9.15 -> 8.58 at 1/8, 13.47 -> 13.10 all valid; 6 x 512K 9.08 -> 8.75 / 12.75 -> 12.80;
 # 24 x 64K 7.93 -> 7.61 / 10.78 -> 10.53 (768 programs); 6 x 256K 7.57 -> 7.59 / 9.87 -> 9.97.
 FOLD2_PROGRAMS = 768
-RADIX_ELEMENTS = 512
+# Register cap of the group-maxima programs that fold R = 2 chunks at k <= 512: 40 registers
+# (sm_90a, no spills; 47 without the segment maxima, 56 with them), so twelve 4-warp CTAs fit
+# a SM instead of nine and the 1,536 programs of a 3,072-chunk grid are resident at once.
+# Session 28 (run 7, ``scripts/topk_row_probe.py``, µs, same process, uncapped / capped): at
+# 1/8 valid, where 7/8 of those programs only read the length, 12 x 512K 9.73 -> 9.27,
+# 24 x 256K 10.57 -> 10.12, 6 x 1M 9.79 -> 9.46; all valid 12 x 512K 16.34 -> 16.14,
+# 6 x 1M 15.50 -> 15.55, but 24 x 256K 16.39 -> 16.76; the 768-program grids within 0.1.
+# (Capping the unpipelined R = 8 fold at 56 registers gained 0.6 at 64 x 256K all and lost
+# 0.4 at 48 x 256K and 48 x 512K all.) At k = 2,048 (run 8) the cap lost 0.9-1.5 all valid
+# (24 x 256K 26.79 -> 28.32, 12 x 512K 26.39 -> 27.46, 6 x 1M 27.08 -> 27.92) for 0.3-0.45
+# at 1/8: not there.
+FOLD2_MAXNREG = 40
 
 # Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) for rows of
 # at most ROW_COLS columns when there are at least ROW_ROWS of them and k <= 512; otherwise
