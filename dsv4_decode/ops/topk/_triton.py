@@ -64,7 +64,19 @@ from ._words import (
     _wmax2,
     _word_key1,
 )
-from .config import FOLD2_MAXNREG, NSEG, list_programs, listed, row_ptx, span_log2, strided_fold
+from .config import (
+    COLLECT_MAXNREG,
+    FOLD2_MAXNREG,
+    FOLD_STAGES,
+    LIST_REGION,
+    NSEG,
+    WARPS,
+    list_programs,
+    listed,
+    row_ptx,
+    span_log2,
+    strided_fold,
+)
 
 # Kernels may only read module globals that are constexpr.
 COL_BITS = tl.constexpr(ref.COL_BITS)
@@ -200,9 +212,9 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
     each chunk's segment maxima on the way. STAGES > 1: a chunk an iteration,
     software-pipelined (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no
     register cost), for busy grids; STAGES == 1: two chunks an iteration, both loads in
-    flight, no pipeline (``FOLD_STAGES`` says where each wins), or the one chunk at R = 1. The
-    chunks are separate tiles of one layout, so folding them is elementwise (as one [2, ...]
-    tile their axis fell across lanes: shuffles)."""
+    flight, no pipeline (``config.FOLD_STAGES`` says where each wins), or the one chunk at
+    R = 1. The chunks are separate tiles of one layout, so folding them is elementwise (as one
+    [2, ...] tile their axis fell across lanes: shuffles)."""
     W: tl.constexpr = CHUNK // NSEG // 2
     acc = tl.full([NSEG, W], NEG_WORD, tl.int32)
     if STAGES > 1:
@@ -719,24 +731,6 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_pt
     else:
         x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
-
-
-# Segments a threshold program lists: 2,048 (4 programs a 1M row; each computes T0 too: at
-# 1,024, 8 programs a row, the threshold took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
-LIST_REGION = 2048
-# Pipeline stages of a folding group-maxima program (``_fold_span``) on 1M-column grids folded
-# by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M 66.9 -> 63.2; +2.3 at
-# 64 x 1M 1/8, +1.2 to +1.8 at 1/8 on 256K-512K rows (plain loop there; session 22, run 5, on
-# 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2). 5 stages, not 4, since the packed
-# maxima (session 24, run 4, R = 8): 64 x 1M all 57.9 -> 57.4, 48 x 1M all 47.6 -> 47.1,
-# 64 x 1M 1/8 24.8 -> 23.2; 6 stages were slower than 5 in all three.
-FOLD_STAGES = 5
-# Warps a CTA of each kernel (``scripts/topk_warps.py`` times other choices in one process).
-WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
-# The collect's register cap, set when its compare and stores were elementwise (then 84: 6
-# four-warp CTAs a SM, no spills; ptxas took 89-92 left alone). Since session 27's
-# ``_store_rows`` it takes 34 registers on small grids and 50 listed (sm_90a), under the cap.
-COLLECT_MAXNREG = 84
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = True) -> None:

@@ -56,6 +56,25 @@ FOLD2_PROGRAMS = 768
 # at 1/8: not there.
 FOLD2_MAXNREG = 40
 
+# Segments a threshold program lists: 2,048 (4 programs a 1M row; each computes T0 too: at
+# 1,024, 8 programs a row, the threshold took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
+LIST_REGION = 2048
+# Pipeline stages of a folding group-maxima program (``_triton._fold_span``) on 1M-column
+# grids folded by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M
+# 66.9 -> 63.2; +2.3 at 64 x 1M 1/8, +1.2 to +1.8 at 1/8 on 256K-512K rows (plain loop
+# there; session 22, run 5, on 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2). 5
+# stages, not 4, since the packed maxima (session 24, run 4, R = 8): 64 x 1M all 57.9 ->
+# 57.4, 48 x 1M all 47.6 -> 47.1, 64 x 1M 1/8 24.8 -> 23.2; 6 stages were slower than 5 in
+# all three.
+FOLD_STAGES = 5
+# Warps a CTA of each ``_triton`` kernel (``scripts/topk_warps.py`` times other choices in one
+# process).
+WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
+# The collect's register cap, set when its compare and stores were elementwise (then 84: 6
+# four-warp CTAs a SM, no spills; ptxas took 89-92 left alone). Since session 27's
+# ``_store_rows`` it takes 34 registers on small grids and 50 listed (sm_90a), under the cap.
+COLLECT_MAXNREG = 84
+
 # Plain mode runs one CTA a row (``_row``: one launch, its hand-offs CTA barriers) for rows of
 # at most ROW_COLS columns when there are at least ROW_ROWS of them and k <= 512; otherwise
 # the four-launch pipeline (``_triton``). One SM a row is slow on a long row but flat in the
