@@ -32,13 +32,22 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
             K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse, TWIN=False,
                                       **spans, **common),
             4)
+    # R = 2 (grids of 768-6,144 chunk programs), with and without the segment maxima, under
+    # the register cap it runs with at k <= 512 (config.FOLD2_MAXNREG)
+    for segs in (False, True):
+        spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=2, LOG_R=1, STRIDED=0)
+        out[f"gmax-k{k}-R2-segs{segs}"] = build(
+            K._group_max_kernel, dict(STAGES=1, SEGS=segs, FUSE=False, TWIN=False, **spans,
+                                      **common),
+            4, maxnreg=K.FOLD2_MAXNREG if k <= 512 else 0)
     for sd in (0, 1):
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3, STRIDED=sd)
         out[f"threshold-k{k}-strided{sd}"] = build(K._threshold_kernel, dict(
             RS=K.LIST_REGION, LIST=1, P=64, **spans, **common), 8)
-    for lst, pdl in ((0, True), (1, True), (0, False)):  # plain launches: T0 loaded first
-        out[f"collect-k{k}-list{lst}-pdl{pdl}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, ROW_PTX=True, **common), 4, pdl,
+    # plain launches: T0 loaded first; ROW_PTX False: grids below config.ROW_PTX_PROGRAMS
+    for lst, pdl, ptx in ((0, True, True), (1, True, True), (0, False, True), (0, True, False)):
+        out[f"collect-k{k}-list{lst}-pdl{pdl}-ptx{ptx}"] = build(K._collect_kernel, dict(
+            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, ROW_PTX=ptx, **common), 4, pdl,
             K.COLLECT_MAXNREG)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
         NCH=c.max_chunks, SMALL=c.small, MID=min(2 * c.small, c.cap), CAP=c.cap, SCAN=2048,
