@@ -5,10 +5,7 @@ CUDA-graph replay of 20 back-to-back layers, each call with its own input rows, 
 shared-expert copy (8 copies, > L2) and, through its own routing, its own experts of a
 384-expert bank, so weights come from HBM as in a real step. Rows 1, 6, 12, 48, 96, 192 at
 the TP=4 rank shapes (I = 576) and TP=1 (I = 2304); also the DSpark draft layer (128 experts,
-top-3). Implementations: ``ours`` (``moe_layer``: route + moe_experts with the shared expert
-on a side stream beside the router, ``pick_config``), ``ours-serial`` (route then moe_experts
-on one stream, the shared expert inside the expert launches; ``ours`` until session 28),
-``ours-r1`` (round
+top-3). Implementations: ``ours`` (route + moe_experts, ``pick_config``), ``ours-r1`` (round
 1's tiles and launch plan, ``config.ROUND1``), ``ours-nosplit`` (``ours`` without the W1|W3
 split K; only where ``ours`` splits), ``ours-d32`` / ``ours-d64`` (``ours`` with the other W2
 tile width: 32 columns, twice the CTAs of half the work, where ``ours`` has 64; 64 at 1 row,
@@ -36,7 +33,6 @@ from dsv4_decode.ops.moe import (
     alloc_moe_workspace,
     alloc_routing,
     moe_experts,
-    moe_layer,
     pick_config,
     prepare_moe_weights,
     route,
@@ -130,7 +126,6 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
     rows_out = []
     # the default (pick_config), round 1's plan and, where ours splits W1|W3 along K, no split
     variants = [("ours", pick_config(rows, top_k, True, layer.inter))]
-    variants.append(("ours-serial", variants[0][1]))
     if variants[0][1] != ROUND1:
         variants.append(("ours-r1", ROUND1))
     if variants[0][1].up_split > 1:
@@ -141,16 +136,12 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
         state = {"i": 0}
         ws = alloc_moe_workspace(rows, top_k, D, layer.inter, "cuda", cfg)
 
-        def ours(cfg=cfg, state=state, ws=ws, serial=impl != "ours"):
+        def ours(cfg=cfg, state=state, ws=ws):
             i = state["i"] % CALLS
             state["i"] += 1
-            if serial:
-                route(xs[i], *layer.gates[i % COPIES], top_k=top_k, out=routing)
-                moe_experts(xs[i], routing, layer.prepared[i % COPIES], out=out, workspace=ws,
-                            config=cfg)
-            else:
-                moe_layer(xs[i], *layer.gates[i % COPIES], layer.prepared[i % COPIES],
-                          top_k=top_k, routing=routing, out=out, workspace=ws, config=cfg)
+            route(xs[i], *layer.gates[i % COPIES], top_k=top_k, out=routing)
+            moe_experts(xs[i], routing, layer.prepared[i % COPIES], out=out, workspace=ws,
+                        config=cfg)
 
         try:
             rows_out.append(Row("moe", case, impl, graph_time_us(ours, calls=CALLS), floor))
@@ -178,8 +169,7 @@ def bench_case(layer: Layer, rows: int, top_k: int, tp: int, compiled, with_torc
 
 
 def kernels(layer: Layer, rows: int, top_k: int) -> str:
-    """The profiler's per-kernel table of ``ours-serial`` (one stream: each kernel apart) for one
-    case (``bench.kernels``)."""
+    """The profiler's per-kernel table of ``ours`` for one case (``bench.kernels``)."""
     from dsv4_decode.bench.kernels import kernel_table
 
     gen = torch.Generator(device="cuda").manual_seed(rows)
@@ -234,7 +224,7 @@ def main(argv=None) -> None:
             rows_all += case_rows
         del layer
         torch.cuda.empty_cache()
-    print_table(rows_all, ["ours", "ours-serial", "ours-r1", "ours-nosplit", "ours-d32", "ours-d64",
+    print_table(rows_all, ["ours", "ours-r1", "ours-nosplit", "ours-d32", "ours-d64",
                            "torch"])
     print(f"appended {len(rows_all)} rows to {path}")
 

@@ -27,7 +27,6 @@ from dsv4_decode.ops.moe import (
     build_routing,
     moe_experts,
     moe_experts_ref,
-    moe_layer,
     pick_config,
     prepare_moe_weights,
     route,
@@ -355,44 +354,6 @@ def test_ticket_epilogues_reset(device, cpu_experts, rows, split):
             check_close(out, ref_experts(x, r, weights))
 
 
-@pytest.mark.parametrize("rows,split,shared,valid", [(2, 1, True, None), (5, 2, True, 3),
-                                                     (3, 2, False, None)])
-def test_moe_layer_bitwise(device, cpu_experts, rows, split, shared, valid):
-    """``moe_layer`` (the shared expert's tiles launched apart from the routed ones, before
-    the router) gives ``route`` + ``moe_experts`` bitwise: 2 rows, the combine on W2's last
-    CTAs with one ticket over both launches; 5 rows, padding rows and the combine launch;
-    no shared expert. The workspace's tickets and the routing's end at zero."""
-    gen = torch.Generator().manual_seed(40 + rows)
-    raw = tuple(t.to(device) for t in cpu_experts[:4]) + (
-        tuple(t.to(device) for t in cpu_experts[4]) if shared else None,)
-    prepared = prepare_moe_weights(*raw)
-    gw, gb = make_router(E, D, device, gen)
-    cfg = cpu_config(split)
-    vr = None if valid is None else torch.tensor([valid], dtype=torch.int32, device=device)
-    r = alloc_routing(rows, 2, E, D, device)
-    ws = alloc_moe_workspace(rows, 2, D, I, device, cfg)
-    out = torch.empty(rows, D, dtype=torch.bfloat16, device=device)
-    for call in range(2):
-        x = torch.randn(rows, D, generator=gen).to(torch.bfloat16).to(device)
-        out.fill_(float("nan"))
-        y = moe_layer(x, gw, gb, prepared, top_k=2, valid_rows=vr, routing=r, out=out,
-                      workspace=ws, config=cfg)
-        assert y is out and not ws.tick.any() and not r.tick.any(), f"call {call}"
-        want = moe_experts(x, route(x, gw, gb, top_k=2, valid_rows=vr), prepared, config=cfg)
-        assert torch.equal(out, want), f"call {call}"
-        assert torch.equal(r.ids, route(x, gw, gb, top_k=2, valid_rows=vr).ids)
-    check_close(out, ref_experts(x, r, raw))
-    if shared and rows <= 3:
-        # one ticket over both launches: whichever runs first leaves out unwritten
-        plan = moe_api._ExpertPlan.make(x, r, prepared, out, ws, cfg)
-        for first, count in ((0, plan.sh_tiles), (plan.sh_tiles, r.max_tiles)):
-            out.fill_(float("nan"))
-            plan.launch(first, count)
-            assert out.isnan().all(), f"combined before the other launch (tiles {first}+)"
-            plan.launch(plan.sh_tiles - first, plan.m_tiles - count)
-            assert torch.equal(out, want)
-
-
 def test_bad_arguments(device, cpu_experts):
     raw = tuple(t.to(device) for t in cpu_experts[:4]) + (None,)
     prepared = prepare_moe_weights(*raw)
@@ -557,14 +518,12 @@ def test_gpu_block16():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layer", [False, True])
 @pytest.mark.parametrize("rows", [1, 6, 12, 48])
-def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows, layer):
-    """Capture route + experts once (``layer``: ``moe_layer``, the shared expert on a side
-    stream beside the router: two graph branches); 500 replays alternating two inputs equal
-    eager route + experts bitwise (1 row: the split-K SwiGLU and the combine on W2's last
-    CTAs, 6 rows: the split-K SwiGLU and the combine launch, 12 / 48 rows: the combine
-    launch); the ticket counters end at zero."""
+def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
+    """Capture route + experts once; 500 replays alternating two inputs equal eager bitwise
+    (1 row: the split-K SwiGLU and the combine on W2's last CTAs, 6 rows: the split-K SwiGLU
+    and the combine launch, 12 / 48 rows: the combine launch); the ticket counters end at
+    zero."""
     _, (gw, gb) = gpu_bank
     experts = gpu_prepared
     gen = torch.Generator().manual_seed(13)
@@ -576,11 +535,8 @@ def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows, layer):
     out = torch.empty(rows, 5120, dtype=torch.bfloat16, device="cuda")
 
     def step():
-        if layer:
-            moe_layer(x, gw, gb, experts, routing=r, out=out, workspace=ws)
-        else:
-            route(x, gw, gb, out=r)
-            moe_experts(x, r, experts, out=out, workspace=ws)
+        route(x, gw, gb, out=r)
+        moe_experts(x, r, experts, out=out, workspace=ws)
 
     g = capture(step)
     for i in range(500):

@@ -8,7 +8,6 @@ from .api import (
     alloc_routing,
     build_routing,
     moe_experts,
-    moe_layer,
     prepare_moe_weights,
     repack_mxfp4,
     route,
@@ -19,6 +18,6 @@ from .ref import moe_experts_ref, route_ref
 
 __all__ = [
     "MoEConfig", "MoEWeights", "MoEWorkspace", "Routing", "alloc_moe_workspace", "alloc_routing",
-    "build_routing", "moe_experts", "moe_experts_ref", "moe_layer", "pick_config",
-    "prepare_moe_weights", "repack_mxfp4", "route", "route_ref", "stack_experts",
+    "build_routing", "moe_experts", "moe_experts_ref", "pick_config", "prepare_moe_weights",
+    "repack_mxfp4", "route", "route_ref", "stack_experts",
 ]

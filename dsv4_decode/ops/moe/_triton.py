@@ -421,29 +421,27 @@ def _sum_split_swiglu(gu_ptr, chunk, row, mask, h_dst, like, I: tl.constexpr,
 
 
 @triton.jit
-def _grid_tick(TILE0, I: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+def _grid_tick(I: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
     """The (tile, n block) ticket of a ``_moe_up_kernel`` CTA, from the program ids after the
     K loop: nothing stays live across the loop for it (no spill under the 128-register cap)."""
-    return (tl.program_id(1) + TILE0) * tl.cdiv(I, BLOCK_N) + tl.program_id(0) // SPLIT
+    return tl.program_id(1) * tl.cdiv(I, BLOCK_N) + tl.program_id(0) // SPLIT
 
 
 @triton.jit
 def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
-                   gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, TILE0, D: tl.constexpr,
+                   gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
                    I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    SPLIT: tl.constexpr, JOIN: tl.constexpr, INTERPRETER: tl.constexpr):
-    """Grid ``(I/BLOCK_N * SPLIT, tiles)``: m tiles ``TILE0 .. TILE0 + tiles - 1`` of the
-    ``SH_TILES + max_tiles`` (all of them in one launch, or the shared and the routed ones in
-    two: ``api.moe_layer``). Tile ``pid_m < SH_TILES``: BLOCK_M rows of the shared expert
-    (first: its CTAs stream twice the bytes, so they start first); beyond: routed tile
-    ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
+    """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
+    rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
+    beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
     BLOCK_N of the I outputs and K chunk ``pid_s`` of SPLIT (``_up_store``; ticket
     ``tick[pid_m * I/BLOCK_N + n block]``). Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights
     as the MMA's M side: few rows per tile). JOIN (``api._join_gate_up``): W1's and W3's
     BLOCK_N rows in one ``[2 BLOCK_N, BLOCK_K]`` tile a step (one dot, one streaming scale
     tile; the shared expert's tile scaled before the dot), else one tile each."""
-    pid_m = tl.program_id(1) + TILE0
+    pid_m = tl.program_id(1)
     pid_s = tl.program_id(0) % SPLIT
     n0 = (tl.program_id(0) // SPLIT) * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -484,8 +482,8 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                                      w + I * (D // 8), s + I * (D // SCALE_BLOCK), offs_n, n_ok,
                                      SCALE_BLOCK, BLOCK_K, 0, INTERPRETER)
             _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
-                      h_ptr, gu_ptr, tick_ptr, _grid_tick(TILE0, I, BLOCK_N, SPLIT), pid_s, n_rows,
-                      I, SPLIT)
+                      h_ptr, gu_ptr, tick_ptr, _grid_tick(I, BLOCK_N, SPLIT), pid_s, n_rows, I,
+                      SPLIT)
     else:
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
@@ -504,8 +502,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                 acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr + I * D,
                                  ss13_ptr + (I // 32) * (D // 32), offs_n, n_ok, BLOCK_K)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
-                  gu_ptr, tick_ptr, _grid_tick(TILE0, I, BLOCK_N, SPLIT), pid_s, n_rows, I,
-                  SPLIT)
+                  gu_ptr, tick_ptr, _grid_tick(I, BLOCK_N, SPLIT), pid_s, n_rows, I, SPLIT)
 
 
 @triton.jit
@@ -517,20 +514,18 @@ def _gate_up(acc):
 
 @triton.jit
 def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, part_ptr,
-                     ids_ptr, wts_ptr, out_ptr, tick_ptr, T, N_ENTRIES, SH_TILES, TILE0, M_TILES,
-                     stride_out,
+                     ids_ptr, wts_ptr, out_ptr, tick_ptr, T, N_ENTRIES, SH_TILES, stride_out,
                      D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
                      SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, COMBINE: tl.constexpr, W2_GRANULE: tl.constexpr,
                      INTERPRETER: tl.constexpr):
     """``P[entry, n] = (W2 h[entry])[n]`` in fp32 for this CTA's BLOCK_N of the D outputs;
-    grid ``(D/BLOCK_N, tiles)``, m tiles from TILE0 as in ``_moe_up_kernel`` (shared rows
+    grid ``(D/BLOCK_N, SH_TILES + max_tiles)``, tiles as in ``_moe_up_kernel`` (shared rows
     first; they live at entries ``N_ENTRIES + t``). COMBINE (``T <= BLOCK_M``; the api sets it
-    up to 3 rows): the last CTA of the column block to arrive (ticket ``tick[pid_n]``; all
-    ``M_TILES`` tiles count, idle ones too, in whichever launch they run) does
-    ``_moe_combine_kernel``'s work for it (``_combine_rows``).
+    up to 3 rows): the last CTA of the column block to arrive (ticket ``tick[pid_n]``, every
+    tile counts, idle ones too) does ``_moe_combine_kernel``'s work for it (``_combine_rows``).
     W2_GRANULE: the routed W2 is granule-major (``api.MoEWeights.w2_granule``)."""
-    pid_m = tl.program_id(1) + TILE0
+    pid_m = tl.program_id(1)
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < D
@@ -560,7 +555,7 @@ def _moe_down_kernel(h_ptr, entries_ptr, tiles_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2
         tl.store(part_ptr + hrows[None, :] * D + offs_n[:, None], acc,
                  mask=ok[None, :] & n_ok[:, None])
     if COMBINE:
-        if _last_arrival(tick_ptr + pid_n, M_TILES):
+        if _last_arrival(tick_ptr + pid_n, tl.num_programs(1)):
             _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, offs_m, offs_m < T, offs_n, n_ok,
                           D, N_ENTRIES, SH_TILES > 0, stride_out, TOP_K)
 
@@ -570,14 +565,12 @@ def _combine_rows(part_ptr, ids_ptr, wts_ptr, out_ptr, rows, row_ok, offs_d, d_o
                   N_ENTRIES, HAS_SHARED, stride_out, TOP_K: tl.constexpr):
     """``out[rows, offs_d] = sum_i w[t, i] * P[t*k + i] + P[N_ENTRIES + t]`` in slot order, fp32
     ``[len(offs_d), len(rows)]`` (the order of ``_moe_combine_kernel``: the same bits). P was
-    written by other CTAs, and the routing maybe after this kernel started (``api.moe_layer``
-    runs the shared expert beside the router): all loaded with ``.cg``. The slots' loads are
-    unrolled (issued together)."""
+    written by other CTAs: loaded with ``.cg``. The slots' loads are unrolled (issued together)."""
     acc = tl.zeros((offs_d.shape[0], rows.shape[0]), dtype=tl.float32)
     for i in tl.static_range(TOP_K):
         n = rows * TOP_K + i
-        e = tl.load(ids_ptr + n, mask=row_ok, other=-1, cache_modifier=".cg")
-        w = tl.load(wts_ptr + n, mask=row_ok, other=0.0, cache_modifier=".cg")
+        e = tl.load(ids_ptr + n, mask=row_ok, other=-1)
+        w = tl.load(wts_ptr + n, mask=row_ok, other=0.0)
         p = tl.load(part_ptr + n[None, :].to(tl.int64) * D + offs_d[:, None],
                     mask=d_ok[:, None] & (e >= 0)[None, :], other=0.0, cache_modifier=".cg")
         acc += tl.where(e >= 0, w, 0.0)[None, :] * p

@@ -10,9 +10,6 @@ Public entry points:
   time: checks, and repacks the MXFP4 nibbles for the kernels);
 - ``moe_experts(x, routing, weights)`` -> ``[T, D]`` bf16 (2 launches up to 3 rows: W1|W3 +
   SwiGLU, W2 + combine; 3 above: + the combine launch);
-- ``moe_layer(x, gate_weight, gate_bias, weights)`` -> ``[T, D]`` bf16: ``route`` +
-  ``moe_experts``, bitwise, with the shared expert's tiles in launches of their own on a side
-  stream, beside the router (CUDA; two branches of a captured graph);
 - ``alloc_routing`` / ``alloc_moe_workspace`` (buffers for graph capture).
 
 Graph safety: with ``out`` / ``workspace`` given nothing is allocated, nothing is synchronised,
@@ -451,161 +448,73 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     out         optional bf16 ``[T, D]`` (unit column stride); workspace optional
                 ``alloc_moe_workspace``; config optional ``MoEConfig`` (``pick_config``).
     """
-    plan = _ExpertPlan.make(x, routing, weights, out, workspace, config)
-    plan.launch(0, plan.m_tiles)
-    plan.combine()
-    return plan.out
-
-
-def moe_layer(x: torch.Tensor, gate_weight: torch.Tensor, gate_bias: torch.Tensor,
-              weights: MoEWeights, top_k: int = 6, route_scale: float = 1.5,
-              valid_rows: torch.Tensor | None = None, routing: Routing | None = None,
-              out: torch.Tensor | None = None, workspace: MoEWorkspace | None = None,
-              config: MoEConfig | None = None,
-              side_stream: torch.cuda.Stream | None = None) -> torch.Tensor:
-    """The whole MoE layer: ``route`` then ``moe_experts``, bitwise their output, with the
-    shared expert's launches beside the router instead of inside the expert launches.
-
-    The shared expert does not depend on the routing, and the router is mostly one CTA's
-    select chain on an idle GPU (docs/kernels/moe.md, session 29). On CUDA with a shared
-    expert the call forks: ``side_stream`` (default: one stream per device, made once) waits
-    for the current stream, then runs the shared expert's W1|W3 and W2 tiles; the current
-    stream runs the router, then the routed tiles; the current stream then waits for the side
-    stream (so work queued after the call sees ``out``). Up to 3 rows the last W2 CTA of each
-    column block, in either launch, does the combine (one ticket over both); above, the
-    combine launch follows the join. Captured in a CUDA graph the fork is two graph branches.
-    Arguments as in ``route`` (``routing``: its ``out``) and ``moe_experts``; returns ``out``.
-    """
-    if routing is None:
-        routing = alloc_routing(x.shape[0], top_k, weights.n_experts, weights.hidden, x.device)
-    plan = _ExpertPlan.make(x, routing, weights, out, workspace, config)
-    fork = x.is_cuda and plan.sh_tiles > 0
-    if fork:
-        main = torch.cuda.current_stream(x.device)
-        side = side_stream or _side_stream(x.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            plan.launch(0, plan.sh_tiles)
-    else:
-        plan.launch(0, plan.sh_tiles)
-    route(x, gate_weight, gate_bias, top_k, route_scale, valid_rows, out=routing)
-    plan.launch(plan.sh_tiles, plan.m_tiles - plan.sh_tiles)
-    if fork:
-        main.wait_stream(side)
-    plan.combine()
-    return plan.out
-
-
-_SIDE_STREAMS: dict = {}
-
-
-def _side_stream(device) -> torch.cuda.Stream:
-    device = torch.device(device)
-    if device not in _SIDE_STREAMS:
-        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
-    return _SIDE_STREAMS[device]
-
-
-@dataclass
-class _ExpertPlan:
-    """The checked arguments and launch parameters of one ``moe_experts`` call. m tiles:
-    ``sh_tiles`` of the shared expert's rows first, then ``routing.max_tiles`` routed ones;
-    ``launch(first, count)`` runs W1|W3 then W2 for m tiles ``first .. first + count - 1``."""
-
-    x: torch.Tensor
-    routing: Routing
-    weights: MoEWeights
-    out: torch.Tensor
-    workspace: MoEWorkspace
-    cfg: MoEConfig
-    n_up_ticks: int
-    sh_tiles: int
-    m_tiles: int
-
-    @staticmethod
-    def make(x, routing, weights, out, workspace, config) -> _ExpertPlan:
-        if x.dim() != 2 or x.dtype != torch.bfloat16 or x.stride(1) != 1:
-            _fail("x", f"{x.dtype} {tuple(x.shape)}", "bf16 [T, D] with unit column stride")
-        if not isinstance(weights, MoEWeights):
-            _fail("weights", type(weights).__name__, "MoEWeights (prepare_moe_weights)")
-        t = x.shape[0]
-        n_exp, d, inter = weights.n_experts, weights.hidden, weights.inter
-        if x.shape[1] != d:
-            _fail("x", tuple(x.shape), f"[T, {d}] (D of the weights)")
-        if routing.rows != t or routing.n_experts != n_exp:
-            _fail("routing", f"rows={routing.rows}, E={routing.n_experts}",
-                  f"rows={t}, E={n_exp}")
-        for name, ten in (("weights", weights.w13), ("routing", routing.ids)):
-            if ten.device != x.device:
-                _fail(name, ten.device, f"the device of x ({x.device})")
-        if out is None:
-            out = torch.empty(t, d, dtype=torch.bfloat16, device=x.device)
-        elif out.dtype != torch.bfloat16 or tuple(out.shape) != (t, d) or out.stride(1) != 1:
-            _fail("out", f"{out.dtype} {tuple(out.shape)}",
-                  f"bf16 [{t}, {d}], unit column stride")
-        k = routing.top_k
-        cfg = config or pick_config(t, k, x.is_cuda, inter, d)
-        if cfg.block_m != routing.block_m:
-            _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
-        split = cfg.up_split
-        if d % (32 * split):
-            _fail("config.up_split", split, f"D = {d} divisible by 32 * up_split")
-        n_up_ticks, n_down_ticks = _tick_layout(t, k, d, inter, cfg)
-        if workspace is None:
-            workspace = alloc_moe_workspace(t, k, d, inter, x.device, cfg)
-        elif tuple(workspace.h.shape) != (t * k + t, inter) or \
-                tuple(workspace.part.shape) != (t * k + t, d) or \
-                (split > 1 and tuple(workspace.gu.shape) != (split, t * k + t, 2 * inter)) or \
-                workspace.tick.numel() != n_up_ticks + n_down_ticks:
-            _fail("workspace", f"h {tuple(workspace.h.shape)}, gu {tuple(workspace.gu.shape)}",
-                  f"alloc_moe_workspace({t}, {k}, {d}, {inter}, device, config) "
-                  f"(up_split {split})")
-        sh_tiles = triton.cdiv(t, cfg.block_m) if weights.shared is not None else 0
-        return _ExpertPlan(x, routing, weights, out, workspace, cfg, n_up_ticks, sh_tiles,
-                           routing.max_tiles + sh_tiles)
-
-    @property
-    def fused_combine(self) -> bool:
-        # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
-        # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
-        return self.x.shape[0] <= min(self.cfg.block_m, _COMBINE_FUSED_ROWS)
-
-    def launch(self, first: int, count: int) -> None:
-        if count == 0:
-            return
-        x, r, w, ws, cfg = self.x, self.routing, self.weights, self.workspace, self.cfg
-        t, d, inter, k = x.shape[0], w.hidden, w.inter, r.top_k
-        n_entries = t * k
-        sw13, ss13, sw2, ss2 = w.shared if w.shared is not None else (
-            w.w13, w.w13_scales, w.w2, w.w2_scales)
-        launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                      INTERPRETER=not x.is_cuda)
-        up_launch = dict(launch, num_stages=cfg.up_stages)
-        if cfg.up_maxnreg and x.is_cuda:
-            up_launch["maxnreg"] = cfg.up_maxnreg
-        # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
-        # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
-        up_k = _k_step(cfg.up_k, d // cfg.up_split)
-        n_items = triton.cdiv(inter, cfg.up_n) * cfg.up_split  # of one tile
-        K._moe_up_kernel[(n_items, count)](
-            x, r.entries, r.tiles, w.w13, w.w13_scales, sw13, ss13, ws.h, ws.gu, ws.tick, t,
-            x.stride(0), n_entries, self.sh_tiles, first, D=d, I=inter, TOP_K=k,
-            SCALE_BLOCK=w.block, BLOCK_M=cfg.block_m, BLOCK_N=cfg.up_n, BLOCK_K=up_k,
-            SPLIT=cfg.up_split, JOIN=_join_gate_up(cfg, up_k, w.block), **up_launch)
-        K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), count)](
-            ws.h, r.entries, r.tiles, w.w2, w.w2_scales, sw2, ss2, ws.part, r.ids, r.weights,
-            self.out, ws.tick[self.n_up_ticks:], t, n_entries, self.sh_tiles, first,
-            self.m_tiles, self.out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=w.block,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter),
-            COMBINE=self.fused_combine, W2_GRANULE=w.w2_granule, **launch)
-
-    def combine(self) -> None:
-        """The combine launch, where W2's last CTAs do not do it (above 3 rows)."""
-        if self.fused_combine:
-            return
-        x, r, out = self.x, self.routing, self.out
-        t, d = x.shape[0], self.weights.hidden
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or x.stride(1) != 1:
+        _fail("x", f"{x.dtype} {tuple(x.shape)}", "bf16 [T, D] with unit column stride")
+    if not isinstance(weights, MoEWeights):
+        _fail("weights", type(weights).__name__, "MoEWeights (prepare_moe_weights)")
+    t = x.shape[0]
+    n_exp, d, inter, block = weights.n_experts, weights.hidden, weights.inter, weights.block
+    if x.shape[1] != d:
+        _fail("x", tuple(x.shape), f"[T, {d}] (D of the weights)")
+    if routing.rows != t or routing.n_experts != n_exp:
+        _fail("routing", f"rows={routing.rows}, E={routing.n_experts}", f"rows={t}, E={n_exp}")
+    for name, ten in (("weights", weights.w13), ("routing", routing.ids)):
+        if ten.device != x.device:
+            _fail(name, ten.device, f"the device of x ({x.device})")
+    if out is None:
+        out = torch.empty(t, d, dtype=torch.bfloat16, device=x.device)
+    elif out.dtype != torch.bfloat16 or tuple(out.shape) != (t, d) or out.stride(1) != 1:
+        _fail("out", f"{out.dtype} {tuple(out.shape)}", f"bf16 [{t}, {d}], unit column stride")
+    k = routing.top_k
+    cfg = config or pick_config(t, k, x.is_cuda, inter, d)
+    if cfg.block_m != routing.block_m:
+        _fail("config.block_m", cfg.block_m, f"routing.block_m = {routing.block_m}")
+    split = cfg.up_split
+    if d % (32 * split):
+        _fail("config.up_split", split, f"D = {d} divisible by 32 * up_split")
+    n_up_ticks, n_down_ticks = _tick_layout(t, k, d, inter, cfg)
+    if workspace is None:
+        workspace = alloc_moe_workspace(t, k, d, inter, x.device, cfg)
+    elif tuple(workspace.h.shape) != (t * k + t, inter) or \
+            tuple(workspace.part.shape) != (t * k + t, d) or \
+            (split > 1 and tuple(workspace.gu.shape) != (split, t * k + t, 2 * inter)) or \
+            workspace.tick.numel() != n_up_ticks + n_down_ticks:
+        _fail("workspace", f"h {tuple(workspace.h.shape)}, gu {tuple(workspace.gu.shape)}",
+              f"alloc_moe_workspace({t}, {k}, {d}, {inter}, device, config) (up_split {split})")
+    n_entries = t * k
+    tiles = routing.max_tiles
+    shared = weights.shared
+    sh_tiles = triton.cdiv(t, cfg.block_m) if shared is not None else 0
+    m_tiles = tiles + sh_tiles
+    w = weights
+    sw13, ss13, sw2, ss2 = shared if shared is not None else (w.w13, w.w13_scales, w.w2,
+                                                              w.w2_scales)
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                  INTERPRETER=not x.is_cuda)
+    up_launch = dict(launch, num_stages=cfg.up_stages)
+    if cfg.up_maxnreg and x.is_cuda:
+        up_launch["maxnreg"] = cfg.up_maxnreg
+    # grids (n tiles [x split], m tiles): the m tile varies slowest, so the shared expert's
+    # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
+    up_k = _k_step(cfg.up_k, d // split)
+    join = _join_gate_up(cfg, up_k, block)
+    up_args = (x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
+               workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles)
+    up_const = dict(D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
+                    BLOCK_N=cfg.up_n, BLOCK_K=up_k, SPLIT=split)
+    n_items = triton.cdiv(inter, cfg.up_n) * split  # of one tile
+    K._moe_up_kernel[(n_items, m_tiles)](*up_args, **up_const, JOIN=join, **up_launch)
+    # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a
+    # launch of T x D/1024 CTAs does it (measured at 0e9b594, docs/kernels/moe.md).
+    combine = t <= min(cfg.block_m, _COMBINE_FUSED_ROWS)
+    K._moe_down_kernel[(triton.cdiv(d, cfg.down_n), m_tiles)](
+        workspace.h, routing.entries, routing.tiles, w.w2, w.w2_scales, sw2, ss2, workspace.part,
+        routing.ids, routing.weights, out, workspace.tick[n_up_ticks:], t, n_entries, sh_tiles,
+        out.stride(0), D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.down_n, BLOCK_K=_k_step(cfg.down_k, inter), COMBINE=combine,
+        W2_GRANULE=w.w2_granule, **launch)
+    if not combine:
         K._moe_combine_kernel[(t, triton.cdiv(d, _COMBINE_BLOCK_D))](
-            self.workspace.part, r.ids, r.weights, out, d, t * r.top_k, out.stride(0),
-            TOP_K=r.top_k, HAS_SHARED=self.sh_tiles > 0, BLOCK_D=_COMBINE_BLOCK_D,
-            num_warps=4)
+            workspace.part, routing.ids, routing.weights, out, d, n_entries, out.stride(0),
+            TOP_K=k, HAS_SHARED=shared is not None, BLOCK_D=_COMBINE_BLOCK_D, num_warps=4)
+    return out
