@@ -96,7 +96,7 @@ def _collect(e, key1, t0, kb, base, CAP: tl.constexpr):
 
 
 @triton.jit
-def _fold(x_row, s_row, t, u, len_e, TILE: tl.constexpr, TWIN: tl.constexpr):
+def _fold(s_row, t, u, len_e, TILE: tl.constexpr, TWIN: tl.constexpr):
     """Tile t's words ``u`` with -inf past the length, storing the key1 maxima of its segments
     of 8 columns (0 past the length) for ``_collect_listed``. The fold's maxima are packed bf16
     ones (``_words._wmax``): two columns an instruction."""
@@ -171,12 +171,12 @@ def _row_kernel(x_ptr, lengths_ptr, smax_ptr, list_ptr, cnt_ptr, kbuf_ptr, out_p
     # registers: a row of one tile is collected from them.
     u0 = _tile(x_row, 0, len_e, TILE)
     u_n = _tile(x_row, 1, len_e, TILE)
-    acc = _fold(x_row, s_row, 0, u0, len_e, TILE, TWIN)
+    acc = _fold(s_row, 0, u0, len_e, TILE, TWIN)
     t = 1
     while t < n_t:  # (while loops: the interpreter cannot range over a tensor)
         u = u_n
         u_n = _tile(x_row, t + 1, len_e, TILE)
-        acc = _wmax2(acc, _fold(x_row, s_row, t, u, len_e, TILE, TWIN), TWIN)
+        acc = _wmax2(acc, _fold(s_row, t, u, len_e, TILE, TWIN), TWIN)
         t += 1
     # group b's maximum (columns b + j G): word j of the reduction holds groups 2j and 2j + 1
     m = _wmax(tl.reshape(acc, [TILE // G, G // 2]), 0, TWIN)
