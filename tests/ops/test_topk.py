@@ -592,10 +592,12 @@ def test_gpu_graph_replay_bitwise(rows, cols, k):
 
 
 @pytest.mark.gpu
-def test_gpu_blocks_graph_replay_bitwise():
-    """Block mode (radix select: histograms re-zeroed by the kernels themselves)
-    captured once, replayed 500 times alternating two input sets: bitwise identical answers."""
-    rows, cols, nb = 6, 1048576, 2048
+@pytest.mark.parametrize("rows,cols", [(6, 1048576), (12, 65536)])
+def test_gpu_blocks_graph_replay_bitwise(rows, cols):
+    """Block mode captured once, replayed 500 times alternating two input sets: bitwise
+    identical answers. 6 x 1M: the grid-wide radix select (histograms re-zeroed by the kernels
+    themselves); 12 x 64K: a cluster a row (``_cluster``)."""
+    nb = 2048
     gen = torch.Generator().manual_seed(12)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, nb * 8, gen).cuda())
@@ -609,7 +611,8 @@ def test_gpu_blocks_graph_replay_bitwise():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["row", "unfolded", "empty", "fused", "folded", "blocks"])
+@pytest.mark.parametrize("mode", ["row", "unfolded", "empty", "fused", "folded", "blocks",
+                                  "blocks-cluster"])
 def test_gpu_pdl_inputs_written_in_graph(mode):
     """Every kernel is a programmatic dependent launch (sm_90+): here a kernel inside the
     graph writes the logits and lengths just before the call, so a kernel that read them
@@ -624,7 +627,8 @@ def test_gpu_pdl_inputs_written_in_graph(mode):
     rows, cols, k, block = {"row": (64, 65536, 512, 1),
                             "unfolded": (2, 262144, 512, 1), "empty": (6, 65536, 512, 1),
                             "fused": (2, 262144, 512, 1), "folded": (8, 1048576, 512, 1),
-                            "blocks": (6, 1048576, 2048, 8)}[mode]
+                            "blocks": (6, 1048576, 2048, 8),
+                            "blocks-cluster": (6, 65536, 2048, 8)}[mode]
     gen = torch.Generator().manual_seed(13)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k * block, gen).cuda())
@@ -727,6 +731,42 @@ def test_gpu_row_path_forced(kind, rows, cols, k, monkeypatch):
     lens = make_lengths("edges", rows, cols, k, gen).cuda()
     got = decode_topk(x, lens, k)
     assert torch.equal(got, decode_topk_ref(x, lens, k))
+
+
+def test_cluster_ctas_rule():
+    """Block mode's cluster a row: the smallest power of two covering the widest row's chunks
+    (4,096 columns at blocks of 8), at most 16, and at most 768 CTAs in all; else 0 (the
+    grid-wide radix select)."""
+    from dsv4_decode.ops.topk._cluster import cluster_ctas
+
+    cfg = TopkConfig.pick(2048, 8)
+    assert [cluster_ctas(1, c, cfg) for c in (8, 4096, 4097, 20000, 65536, 65537)] == [
+        1, 1, 2, 8, 16, 0]
+    assert cluster_ctas(48, 65536, cfg) == 16 and cluster_ctas(49, 65536, cfg) == 0
+    assert cluster_ctas(96, 32768, cfg) == 8
+    cfg64 = TopkConfig.pick(2048, 64)  # chunks of 64 blocks of 64: 4,096 columns
+    assert cluster_ctas(1, 65536, cfg64) == 16 and cluster_ctas(1, 131072, cfg64) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols,block", [(1, 65536, 8), (12, 65536, 8), (48, 65536, 8),
+                                             (5, 12288, 8), (3, 8192, 2), (2, 65536, 64)])
+@pytest.mark.parametrize("kind", ["special", "crowded", "constant", "tied"])
+@pytest.mark.parametrize("lens_spec", ["eighth", "full", "edges"])
+def test_gpu_blocks_cluster(rows, cols, block, kind, lens_spec):
+    """A cluster a row (``_cluster``, what the API runs for these shapes on sm_90+): ties at
+    tau spread over the cluster's chunks go to the lowest blocks, rows with fewer candidates
+    than n_blocks keep them all; clusters of 16, 4, 8 (blocks of 2: 1,024-column chunks) and
+    16 (blocks of 64: 4,096-column chunks)."""
+    from dsv4_decode.ops.topk._cluster import cluster_ctas
+
+    nb = min(2048, cols // block)
+    assert cluster_ctas(rows, cols, TopkConfig.pick(nb, block)) > 0
+    gen = torch.Generator().manual_seed(rows + cols + block)
+    x = make_logits(kind, rows, cols, gen).cuda()
+    lens = make_lengths(lens_spec, rows, cols, nb * block, gen).cuda()
+    got = decode_topk_blocks(x, lens, nb, block)
+    assert torch.equal(got, decode_topk_blocks_ref(x, lens, nb, block))
 
 
 @pytest.mark.gpu

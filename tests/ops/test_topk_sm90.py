@@ -66,6 +66,12 @@ for block in (8, 2, 64):
             PDL=True),
             RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
+from dsv4_decode.ops.topk import _cluster as CL
+for block, ctas in ((8, 16), (8, 1), (2, 8), (64, 16)):
+    c = TopkConfig.pick(2048, block)
+    out[f"cluster-b{block}-c{ctas}"] = spill_stores(CL._cluster_kernel, dict(
+        CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True), CL.NUM_WARPS,
+        {"x_ptr": "*i16"}, default_ptr="*i32")
 from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):
     c = TopkConfig.pick(k)

@@ -64,12 +64,13 @@ PDL_ROWS = 6  # rows up to which the select is a programmatic dependent launch (
 
 @triton.jit
 def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
-                CE: tl.constexpr, TWIN: tl.constexpr):
+                CE: tl.constexpr, TWIN: tl.constexpr, EAGER: tl.constexpr = False):
     """key1 of the blocks ``e`` of chunk c ([CE]): the largest key1 of a block's columns inside
     the length, 0 for a block with none or whose maximum is -inf (spec §5.4: only blocks above
     -inf); the block holding the row's last column pinned above everything (``PIN_KEY1``).
     The columns load as words of two bf16 and reduce by packed maxima (``_words._wmax``),
-    so a block of 8 costs one key transform, not eight."""
+    so a block of 8 costs one key transform, not eight. ``EAGER``: the loads cover the chunk up
+    to the row's width, not its length, so they need not wait for the length's load."""
     length, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     # the API checks the row stride is a multiple of 8 elements: 16-byte loads whatever the
     # stride's own divisibility (stated on the product: on the stride alone it does not carry)
@@ -78,7 +79,8 @@ def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
     w = e[:, None] * (BLOCK // 2) + tl.arange(0, BLOCK // 2)[None, :]  # [CE, BLOCK / 2] words
     # masked per 8 columns (16 B), so the loads vectorize; reading up to 7 columns past the
     # length stays inside the row (the API checks the row stride and the storage for it)
-    u = tl.load(x_row.to(tl.pointer_type(tl.int32)) + w, mask=(w // 4) * 8 < length, other=0)
+    u = tl.load(x_row.to(tl.pointer_type(tl.int32)) + w,
+                mask=(w // 4) * 8 < (cols if EAGER else length), other=0)
     u = _mask_words(w, u, length)
     if BLOCK == 2:  # one word a block: its halves' keys (the packed form spilled registers)
         u = tl.reshape(u, [CE])
@@ -93,11 +95,12 @@ def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
 @triton.jit
 def _largest_bin(g, base, K, NB: tl.constexpr):
     """The largest bin b with base + #{values in bins >= b} >= K (0 when none reaches K), and
-    base + the count above it. ``g``: the [NB] histogram."""
+    base + the count above it. ``g``: the [NB] histogram. One suffix scan and one maximum (of
+    the bin above its count above: counts stay below 2**20), each a cross-warp step."""
     b = tl.arange(0, NB)
-    at_least = base + tl.sum(g, axis=0) - tl.cumsum(g, axis=0) + g
-    bsel = tl.max(tl.where(at_least >= K, b, 0), axis=0)
-    return bsel, base + tl.sum(tl.where(b > bsel, g, 0), axis=0)
+    at_least = base + tl.cumsum(g, axis=0, reverse=True)
+    packed = tl.max(tl.where((at_least >= K) | (b == 0), (b << 20) | (at_least - g), 0), axis=0)
+    return packed >> 20, packed & 0xFFFFF
 
 
 @triton.jit

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
+
+from dsv4_decode.utils.device import clusters_capable
 
 from . import config
 from .config import NSEG, TopkConfig
@@ -148,7 +151,8 @@ def _check(logits, lengths, k, block, out, workspace, k_name) -> None:
 
 
 def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
-    from . import _radix, _row, _triton  # deferred: importing triton is not needed for the twin
+    # deferred: importing triton is not needed for the twin
+    from . import _cluster, _radix, _row, _triton
 
     rows = logits.shape[0]
     if out is None:
@@ -159,7 +163,11 @@ def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
         workspace = make_topk_workspace(rows, k, logits.device, block)
     cfg = workspace.cfg
     if cfg.rchunk:
-        kernels = _radix
+        # a cluster a row on sm_90+ where that beats the grid-wide form (not under the
+        # interpreter, which has no inline PTX)
+        clustered = (clusters_capable(logits.device) and os.environ.get("TRITON_INTERPRET") != "1"
+                     and _cluster.cluster_ctas(*logits.shape, cfg) > 0)
+        kernels = _cluster if clustered else _radix
     else:
         kernels = _row if config.one_cta_per_row(*logits.shape, k) else _triton
     kernels.launch(logits.view(torch.int16), lengths, out, workspace, cfg, k)

@@ -1,0 +1,137 @@
+"""Block mode's radix select on a thread-block cluster a row (private; sm_90+). Design:
+docs/kernels/topk.md (session 30).
+
+The exact two-level radix select of ``_radix`` (histogram of ``key1 >> 8``, then of the low
+byte inside the threshold bin B, then the write), for rows of at most ``MAX_CTAS`` chunks of
+``cfg.rchunk`` blocks (4,096 columns at blocks of 8): a row is one cluster of C CTAs (the
+chunks of the widest row, rounded up to a power of two), CTA q owns chunk q, and the CTAs
+meet in distributed shared memory and at cluster barriers where ``_radix`` meets through
+global atomics and a software barrier across the grid (each about a kernel boundary,
+session 6). The chunk's loads do not wait for the
+length (``_chunk_keys``'s ``EAGER``); chunks past the length give no keys.
+
+Shared region of each CTA (``cluster.launch``; words): ``[0, 512)`` the row's ``key1 >> 8``
+histogram and ``[512, 768)`` its low-byte histogram, each spread over the cluster (CTA r holds
+the r-th of C equal slices of the bins: every CTA adds its counts into the owners and reads the
+whole histogram back from them, so no CTA serves more than a slice's requests; session 30: one
+owner for all bins cost 1,160 cycles more at 1 x 512K); ``[768, 1025)`` the chunk's suffix
+counts ``#{key1 >= 256 B + l}``, word 1024 (l = 256) its count above bin B. Barriers: B0 after
+every CTA zeroed its slices (its wait just before the first add), B1 after the high-byte adds,
+B2 after the low-byte adds and the suffix counts, B3 after the last remote read (its wait just
+before the CTA exits, so no CTA's shared memory goes while another may read it).
+
+The write: chunk q's offset and the ties at tau before it come from the suffix counts of the
+chunks before it (ties go to the lower index). Rank 0 pads with -1. No global scratch; integer
+adds: every call and graph replay writes bitwise the same output.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dsv4_decode.utils import cluster
+
+from ._radix import H1, H2, _chunk_keys, _largest_bin
+from ._words import _pdl_enter
+
+MAX_CTAS = 16  # the largest cluster Hopper runs (a non-portable size)
+MAX_CTAS_GRID = 768  # rows x C up to which the clusters beat _radix (session 30, run 6)
+NUM_WARPS = 4
+W_H2, W_SUF = tl.constexpr(512), tl.constexpr(768)  # region words (module docstring)
+REGION = 4 * (768 + 257 + 3)  # bytes, a multiple of 16
+
+
+def cluster_ctas(rows: int, cols: int, cfg) -> int:
+    """CTAs a row's cluster for ``rows`` rows of ``cols`` columns (blocks of ``cfg.block``,
+    chunks of ``cfg.rchunk`` blocks, as ``_radix``'s from 2 rows): a power of two covering the
+    row's chunks; 0 when the rows are too wide or too many for clusters to beat ``_radix``."""
+    chunks = -(-cols // (cfg.block * cfg.rchunk))
+    c = 1 << max(0, (chunks - 1).bit_length())
+    return c if c <= MAX_CTAS and rows * c <= MAX_CTAS_GRID else 0
+
+
+@triton.jit
+def _write_chunk(key1, e, tau, quota, offset, o_row):
+    """Write a chunk's keys > tau and its first ``quota`` ties at tau from ``offset``,
+    ascending. One scan counts both kinds (ties << 16: a chunk has fewer than 2**16
+    elements)."""
+    gt = (key1 > tau).to(tl.int32)
+    eq = ((key1 == tau) & (key1 > 0)).to(tl.int32)
+    v = gt | (eq << 16)
+    before = tl.cumsum(v, axis=0) - v
+    keep = (gt == 1) | ((eq == 1) & ((before >> 16) < quota))
+    tl.store(o_row + offset + (before & 0xFFFF) + tl.minimum(before >> 16, quota), e, mask=keep)
+
+
+@triton.jit
+def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off,
+                    CTAS: tl.constexpr, BLOCK: tl.constexpr, CE: tl.constexpr,
+                    KP: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # launched as a programmatic dependent: wait for the kernel before
+        _pdl_enter()
+    cluster.check_cluster(CTAS)
+    q = tl.program_id(0)  # the CTA's rank in its row's cluster, and its chunk
+    row = tl.program_id(1)
+    w1 = tl.arange(0, H1)
+    w2 = tl.arange(0, H2)
+    own1 = w1 // (H1 // CTAS)  # the CTA holding each bin
+    own2 = w2 // (H2 // CTAS)
+    a_h1 = cluster.smem_addr(smem_off + 4 * w1)
+    a_h2 = cluster.smem_addr(smem_off + 4 * (W_H2 + w2))
+    cluster.st_local(a_h1, tl.zeros([H1], tl.int32))
+    cluster.st_local(a_h2, tl.zeros([H2], tl.int32))
+    cluster.arrive()  # B0
+    key1, e = _chunk_keys(x_ptr, lengths_ptr, row, q, stride_x, cols, BLOCK, CE, False, True)
+    h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)
+    cluster.wait()
+    cluster.red_add_rank(a_h1, h, h > 0, own1)
+    cluster.arrive()  # B1
+    cluster.wait()
+    bsel, above = _largest_bin(cluster.ld_rank(a_h1, own1), 0, K, H1)
+    hi = key1 >> 8
+    h2 = tl.histogram(key1 & 0xFF, H2, mask=(key1 > 0) & (hi == bsel))
+    n_gt = tl.sum((hi > bsel).to(tl.int32), axis=0)
+    cluster.red_add_rank(a_h2, h2, h2 > 0, own2)
+    cluster.st_local(cluster.smem_addr(smem_off + 4 * (W_SUF + w2)),
+                     n_gt + tl.cumsum(h2, axis=0, reverse=True))
+    cluster.st_local(cluster.smem_addr(smem_off + 4 * (W_SUF + H2)), n_gt)
+    cluster.arrive()  # B2
+    cluster.wait()
+    g2 = cluster.ld_rank(a_h2, own2)
+    lsel, greater = _largest_bin(g2, above, K, H2)
+    tau = bsel * 256 + lsel
+    ties = K - greater  # ties at tau to keep, lowest index first (more than exist: all)
+    # the chunks before this one: their keys >= tau and > tau (word l + 1; l = 255: above B)
+    p = tl.arange(0, CTAS)
+    ge = cluster.ld_rank(cluster.smem_addr(smem_off + 4 * (W_SUF + lsel) + 0 * p), p)
+    gt = cluster.ld_rank(cluster.smem_addr(smem_off + 4 * (W_SUF + lsel + 1) + 0 * p), p)
+    cluster.arrive()  # B3: no CTA reads this one's shared memory after this
+    before = p < q
+    n_above = tl.sum(tl.where(before, gt, 0), axis=0)
+    n_ties = tl.sum(tl.where(before, ge - gt, 0), axis=0)
+    o_row = out_ptr + row.to(tl.int64) * stride_o
+    _write_chunk(key1, e, tau, tl.maximum(ties - n_ties, 0),
+                 n_above + tl.minimum(n_ties, ties), o_row)
+    if q == 0:
+        n_eq = tl.sum(tl.where(w2 == lsel, g2, 0), axis=0)
+        i = tl.arange(0, KP)
+        tl.store(o_row + i, -1, mask=(i >= greater + tl.minimum(n_eq, ties)) & (i < K))
+    cluster.wait()  # B3
+
+
+def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
+    """Run the select: one launch, a cluster of ``cluster_ctas(rows, cols, block)`` CTAs a row
+    (sm_90+ only; that must not be 0). ``x16``: the bf16 logits viewed as int16 [rows, cols].
+    ``ws`` is not used (the histograms live in shared memory); ``pdl``: a programmatic
+    dependent launch."""
+    rows, cols = x16.shape
+    ctas = cluster_ctas(rows, cols, cfg)
+    if not ctas:
+        raise ValueError(f"{rows} rows of {cols} columns in blocks of {cfg.block}: too many "
+                         "for one cluster a row (cluster_ctas)")
+    consts = dict(CTAS=ctas, BLOCK=cfg.block, CE=cfg.rchunk, KP=triton.next_power_of_2(k),
+                  PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
+    cluster.launch(_cluster_kernel, (1, rows), (x16, lengths, out, x16.stride(0),
+                                                out.stride(0), cols, k),
+                   consts, ctas, REGION)
