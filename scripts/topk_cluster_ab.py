@@ -2,13 +2,13 @@
 grid-barrier form (``_radix``), same inputs, one process (one GPU).
 
     PYTHONPATH=. python3 scripts/topk_cluster_ab.py [ROWSxCOLSxVALID ...]
-        [--variants radix,cluster,cluster-nopdl,cluster-w8] [--phases]
+        [--variants radix,cluster,cluster-nopdl,cluster-w4] [--phases]
 
-``cluster`` runs ``_cluster.launch`` (the cluster size its rule picks for the width;
-``-nopdl``: a plain launch, ``-wN``: N warps); ``radix`` is ``_radix.launch``. Top 2,048
-blocks of 8, as ``bench topk --blocks``. Each cell is timed variant by variant, the list
-twice (CUDA graph of 20 calls, median of 20 replays), after every variant's output was
-compared bitwise with the twin's (``decode_topk_blocks_ref``). Prints one line a cell.
+``cluster`` runs ``_cluster.launch`` (the cluster size and warps its rules pick;
+``-nopdl``: a plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid); ``radix`` is
+``_radix.launch``. Top 2,048 blocks of 8, as ``bench topk --blocks``. Each cell is timed
+variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays), after every
+variant's output was compared bitwise with the twin's (``decode_topk_blocks_ref``). Prints one line a cell.
 
 ``--phases``: instead, for each cell, the SM cycles from a CTA's start (after the dependent
 launch's wait) to each step of ``_cluster`` (a patched copy with ``module_copy.STAMPS``; a CTA
@@ -34,14 +34,15 @@ def runner(name):
         return _radix.launch
     parts = name.split("-")
     pdl = "nopdl" not in parts
-    warps = next((int(v[1:]) for v in parts if v[0] == "w"), _cluster.NUM_WARPS)
+    warps = next((int(v[1:]) for v in parts if v[0] == "w"), 0)
 
-    def launch(*args):
-        old, _cluster.NUM_WARPS = _cluster.NUM_WARPS, warps
+    def launch(*args):  # -wN: every grid at N warps (patches the rule's thresholds)
+        old = _cluster.WIDE_CTAS_GRID
+        _cluster.WIDE_CTAS_GRID = {0: old, 4: 0, 8: 1 << 30}[warps]
         try:
             _cluster.launch(*args, pdl=pdl)
         finally:
-            _cluster.NUM_WARPS = old
+            _cluster.WIDE_CTAS_GRID = old
     return launch
 
 

@@ -735,29 +735,29 @@ def test_gpu_row_path_forced(kind, rows, cols, k, monkeypatch):
 
 def test_cluster_ctas_rule():
     """Block mode's cluster a row: the smallest power of two covering the widest row's chunks
-    (4,096 columns at blocks of 8), at most 16, and at most 768 CTAs in all; else 0 (the
+    (4,096 columns at blocks of 8), at most 16, and at most 192 CTAs in all; else 0 (the
     grid-wide radix select)."""
     from dsv4_decode.ops.topk._cluster import cluster_ctas
 
     cfg = TopkConfig.pick(2048, 8)
     assert [cluster_ctas(1, c, cfg) for c in (8, 4096, 4097, 20000, 65536, 65537)] == [
         1, 1, 2, 8, 16, 0]
-    assert cluster_ctas(48, 65536, cfg) == 16 and cluster_ctas(49, 65536, cfg) == 0
-    assert cluster_ctas(96, 32768, cfg) == 8
+    assert cluster_ctas(12, 65536, cfg) == 16 and cluster_ctas(13, 65536, cfg) == 0
+    assert cluster_ctas(24, 32768, cfg) == 8
     cfg64 = TopkConfig.pick(2048, 64)  # chunks of 64 blocks of 64: 4,096 columns
     assert cluster_ctas(1, 65536, cfg64) == 16 and cluster_ctas(1, 131072, cfg64) == 0
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows,cols,block", [(1, 65536, 8), (12, 65536, 8), (48, 65536, 8),
+@pytest.mark.parametrize("rows,cols,block", [(1, 65536, 8), (12, 65536, 8), (24, 32768, 8),
                                              (5, 12288, 8), (3, 8192, 2), (2, 65536, 64)])
 @pytest.mark.parametrize("kind", ["special", "crowded", "constant", "tied"])
 @pytest.mark.parametrize("lens_spec", ["eighth", "full", "edges"])
 def test_gpu_blocks_cluster(rows, cols, block, kind, lens_spec):
     """A cluster a row (``_cluster``, what the API runs for these shapes on sm_90+): ties at
     tau spread over the cluster's chunks go to the lowest blocks, rows with fewer candidates
-    than n_blocks keep them all; clusters of 16, 4, 8 (blocks of 2: 1,024-column chunks) and
-    16 (blocks of 64: 4,096-column chunks)."""
+    than n_blocks keep them all; clusters of 16 (8 warps a CTA at 1 row, 4 at 12), 8, 4,
+    8 (blocks of 2: 1,024-column chunks) and 16 (blocks of 64: 4,096-column chunks)."""
     from dsv4_decode.ops.topk._cluster import cluster_ctas
 
     nb = min(2048, cols // block)

@@ -36,8 +36,13 @@ from ._radix import H1, H2, _chunk_keys, _largest_bin
 from ._words import _pdl_enter
 
 MAX_CTAS = 16  # the largest cluster Hopper runs (a non-portable size)
-MAX_CTAS_GRID = 768  # rows x C up to which the clusters beat _radix (session 30, run 6)
-NUM_WARPS = 4
+# CTAs in all (rows x C) up to which the clusters beat _radix, and up to which a CTA takes 8
+# warps, not 4. Session 30, run 7 (``scripts/topk_cluster_ab.py``; µs, radix / 4 warps /
+# 8 warps): 64K columns, 1/8 and all valid: 1 row 7.60 / 7.30 / 7.11 and 7.75 / 7.24 / 6.83,
+# 6 rows 8.28 / 7.36 / 7.32 and 8.52 / 7.33 / 7.08, 12 rows 8.94 / 8.93 / 9.80 and
+# 10.24 / 8.90 / 9.39, 24 rows 9.12 / 12.75 / 17.97 and 12.50 / 12.64 / 17.69.
+MAX_CTAS_GRID = 192
+WIDE_CTAS_GRID = 96
 W_H2, W_SUF = tl.constexpr(512), tl.constexpr(768)  # region words (module docstring)
 REGION = 4 * (768 + 257 + 3)  # bytes, a multiple of 16
 
@@ -130,8 +135,9 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     if not ctas:
         raise ValueError(f"{rows} rows of {cols} columns in blocks of {cfg.block}: too many "
                          "for one cluster a row (cluster_ctas)")
+    warps = 8 if rows * ctas <= WIDE_CTAS_GRID else 4
     consts = dict(CTAS=ctas, BLOCK=cfg.block, CE=cfg.rchunk, KP=triton.next_power_of_2(k),
-                  PDL=pdl, num_warps=NUM_WARPS, **({"launch_pdl": True} if pdl else {}))
+                  PDL=pdl, num_warps=warps, **({"launch_pdl": True} if pdl else {}))
     cluster.launch(_cluster_kernel, (1, rows), (x16, lengths, out, x16.stride(0),
                                                 out.stride(0), cols, k),
                    consts, ctas, REGION)
