@@ -8,7 +8,8 @@ grid-barrier form (``_radix``), same inputs, one process (one GPU).
 ``-nopdl``: a plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid); ``radix`` is
 ``_radix.launch``. Top 2,048 blocks of 8, as ``bench topk --blocks``. Each cell is timed
 variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays), after every
-variant's output was compared bitwise with the twin's (``decode_topk_blocks_ref``). Prints one line a cell.
+variant's output was compared bitwise with the twin's (``decode_topk_blocks_ref``). Prints
+one line a cell.
 
 ``--phases``: instead, for each cell, the SM cycles from a CTA's start (after the dependent
 launch's wait) to each step of ``_cluster`` (a patched copy with ``module_copy.STAMPS``; a CTA

@@ -1,12 +1,12 @@
 """Benchmark of ``decode_topk`` on one GPU: ours vs torch.topk (bf16) vs fp32 upcast + topk.
 
-Cells: rows 1..64 x cols 65,536..1,048,576 x valid (1/8 or all of each row before its length)
-x k 512 / 2048, random BF16 logits; block mode (top 2,048 blocks of 8, 1/8 valid, rows of
-65,536 to 1,048,576 columns; its old group-maxima path, ``ours_pipeline``, has rows in the CSV up to session 6). Each time is the
-median of 20 replays of a CUDA graph of 20 back-to-back calls. The calls rotate over input
-sets whose total size passes 2 x the 60 MB L2 (small cells keep 20 sets, still L2-resident, as
-the indexer's freshly written logits would be). torch.topk has no lengths: it gets the whole row
-(favouring it on 1/8-valid cells). The floor is the valid bf16 bytes at 4.5 TB/s.
+Cells: rows 1..64 x cols 65,536..1,048,576 x valid (1/8 or all of each row before its length) x k
+512 / 2048, random BF16 logits; block mode (top 2,048 blocks of 8, 1/8 valid, rows of 65,536 to
+1,048,576 columns; its old group-maxima path, ``ours_pipeline``, has rows in the CSV up to session
+6). Each time is the median of 20 replays of a CUDA graph of 20 back-to-back calls. The calls rotate
+over input sets whose total size passes 2 x the 60 MB L2 (small cells keep 20 sets, still
+L2-resident, as the indexer's freshly written logits would be). torch.topk has no lengths: it gets
+the whole row (favouring it on 1/8-valid cells). The floor is the valid bf16 bytes at 4.5 TB/s.
 """
 
 from __future__ import annotations
