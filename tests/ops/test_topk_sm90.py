@@ -67,22 +67,11 @@ for block in (8, 2, 64):
             RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 from dsv4_decode.ops.topk import _cluster as CL
-# a cluster a row (8 warps up to WIDE_CTAS_GRID CTAs, 4 beyond), and the LONG form (4 warps;
-# chunks of _radix's: half the size for one row). smem_off is always a multiple of 16. The
-# LONG form is checked as the bench's widths specialize it: at a row stride or width that is
-# not a multiple of 16 its blocks of 8 at LCE = 512 spill 4 bytes (session 30).
-DIV = ("stride_x", "stride_o", "cols", "smem_off")
-for block, ctas, long, warps in ((8, 16, False, 8), (8, 16, False, 4), (8, 1, False, 8),
-                                 (2, 8, False, 4), (64, 16, False, 8), (8, 16, True, 4),
-                                 (2, 16, True, 4), (32, 16, True, 4)):
+for block, ctas in ((8, 16), (8, 1), (2, 8), (64, 16)):
     c = TopkConfig.pick(2048, block)
-    for lce in (c.rchunk, c.radix_chunk(1)) if long else (c.rchunk,):
-        for div in (DIV,) if long else (("smem_off",), DIV):
-            out[f"cluster-b{block}-c{ctas}-long{long}-w{warps}-lce{lce}-{len(div)}"] = (
-                spill_stores(CL._cluster_kernel, dict(
-                    CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True, LONG=long,
-                    NCH=c.rchunks, LCE=lce), warps, {"x_ptr": "*i16", "bar_ptr": "*i64"},
-                    default_ptr="*i32", divisible=div))
+    out[f"cluster-b{block}-c{ctas}"] = spill_stores(CL._cluster_kernel, dict(
+        CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True), CL.NUM_WARPS,
+        {"x_ptr": "*i16"}, default_ptr="*i32")
 from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):
     c = TopkConfig.pick(k)
