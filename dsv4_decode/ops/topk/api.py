@@ -43,7 +43,8 @@ class TopkWorkspace:
       (base: its first ``cbuf`` slot; its candidates follow in rank order);
     - ``scratch`` int32 [rows, cfg.cap]: candidates re-ordered by index.
 
-    Block mode's radix select (``cfg.rchunk > 0``; empty in plain mode; C = ``cfg.rchunks``;
+    Block mode's grid-wide radix select (``_radix``; ``cfg.rchunk > 0``; empty in plain mode;
+    C = ``cfg.rchunks``; the cluster form, ``_cluster``, keeps its histograms in shared memory;
     in block mode the plain-mode buffers above are allocated empty, ``[rows, 0]``, but for the
     per-row ``tick``, ``thr`` and ``cnt``):
     - ``hist1`` int32 [rows, 512] / ``hist2`` int32 [rows, 256], zero between calls: the row's
@@ -227,11 +228,15 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
     Args: as ``decode_topk``, with ``n_blocks`` in 1..2048 in place of k and ``block`` a power
     of two in 1..64 (8 in the model); the workspace is ``make_topk_workspace(rows, n_blocks,
     device, block)``. Same graph safety and errors. An exact radix select on the block keys
-    (``_radix``: a histogram of the high byte, one of the low byte inside the threshold bin,
-    then the write) in one launch whose phases meet at per-row barriers, sized so the whole
-    grid fits on the GPU at once (a kernel beside it on another stream can delay it, not block
-    it, unless that kernel waits for this one); three launches under the interpreter or with
-    more rows than the GPU holds programs.
+    (a histogram of the high byte, one of the low byte inside the threshold bin, then the
+    write) in one launch:
+    - on sm_90+, rows of at most 16 chunks (64K columns at blocks of 8) and at most 192 CTAs
+      in all: a thread-block cluster a row (``_cluster``), meeting in distributed shared
+      memory and at cluster barriers; the workspace is not touched;
+    - otherwise (``_radix``) the row's programs meet at software barriers through global
+      memory, the grid sized so it fits on the GPU at once (a kernel beside it on another
+      stream can delay it, not block it, unless that kernel waits for this one); three
+      launches under the interpreter or with more rows than the GPU holds programs.
     """
     _check(logits, lengths, n_blocks, block, out, workspace, "n_blocks")
     return _run(logits, lengths, n_blocks, block, out, workspace)
