@@ -37,7 +37,7 @@ from ._words import _pdl_enter
 
 MAX_CTAS = 16  # the largest cluster Hopper runs (a non-portable size)
 # CTAs in all (rows x C) up to which the clusters beat _radix, and up to which a CTA takes 8
-# warps, not 4. Session 30, run 7 (``scripts/topk_cluster_ab.py``; µs, radix / 4 warps /
+# warps, not 4. Session 30, run 6 (``scripts/topk_cluster_ab.py``; µs, radix / 4 warps /
 # 8 warps): 64K columns, 1/8 and all valid: 1 row 7.60 / 7.30 / 7.11 and 7.75 / 7.24 / 6.83,
 # 6 rows 8.28 / 7.36 / 7.32 and 8.52 / 7.33 / 7.08, 12 rows 8.94 / 8.93 / 9.80 and
 # 10.24 / 8.90 / 9.39, 24 rows 9.12 / 12.75 / 17.97 and 12.50 / 12.64 / 17.69.
