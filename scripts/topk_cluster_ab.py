@@ -4,12 +4,12 @@ grid-barrier form (``_radix``), same inputs, one process (one GPU).
     PYTHONPATH=. python3 scripts/topk_cluster_ab.py [ROWSxCOLSxVALID ...]
         [--variants radix,cluster,cluster-nopdl,cluster-w4] [--phases]
 
-``cluster`` runs ``_cluster.launch`` (the cluster size and warps its rules pick;
-``-nopdl``: a plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid); ``radix`` is
-``_radix.launch``. Top 2,048 blocks of 8, as ``bench topk --blocks``. Each cell is timed
-variant by variant, the list twice (CUDA graph of 20 calls, median of 20 replays), after every
-variant's output was compared bitwise with the twin's (``decode_topk_blocks_ref``). Prints
-one line a cell.
+``cluster`` runs ``_cluster.launch`` (the cluster size and warps its rules pick; ``-nopdl``: a
+plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid); ``radix`` is ``_radix.launch``
+(``radix-oldbin``: with session 29's ``_largest_bin``). Top 2,048 blocks of 8, as ``bench topk
+--blocks``. Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls,
+median of 20 replays), after every variant's output was compared bitwise with the twin's
+(``decode_topk_blocks_ref``). Prints one line a cell.
 
 ``--phases``: instead, for each cell, the SM cycles from a CTA's start (after the dependent
 launch's wait) to each step of ``_cluster`` (a patched copy with ``module_copy.STAMPS``; a CTA
@@ -30,9 +30,24 @@ CELLS = [(r, 65536, v) for v in ("1/8", "all") for r in (1, 6, 12, 24, 48)]
 NB, BLOCK = 2048, 8
 
 
+OLD_BIN = """@triton.jit
+def _largest_bin(g, base, K, NB: tl.constexpr):
+    b = tl.arange(0, NB)
+    at_least = base + tl.sum(g, axis=0) - tl.cumsum(g, axis=0) + g
+    bsel = tl.max(tl.where(at_least >= K, b, 0), axis=0)
+    return bsel, base + tl.sum(tl.where(b > bsel, g, 0), axis=0)
+"""
+
+
 def runner(name):
     if name == "radix":
         return _radix.launch
+    if name == "radix-oldbin":  # session 29's _largest_bin: a sum, a scan, a max, a sum
+        src = open(_radix.__file__).read()
+        a = src.index("@triton.jit\ndef _largest_bin")
+        b = src.index("@triton.jit", a + 1)
+        return load_source(src[:a] + OLD_BIN + "\n\n" + src[b:], "topk_radix_oldbin",
+                           "dsv4_decode.ops.topk").launch
     parts = name.split("-")
     pdl = "nopdl" not in parts
     warps = next((int(v[1:]) for v in parts if v[0] == "w"), 0)
