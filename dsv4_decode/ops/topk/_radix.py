@@ -95,12 +95,12 @@ def _chunk_keys(x_ptr, lengths_ptr, row, c, stride_x, cols, BLOCK: tl.constexpr,
 @triton.jit
 def _largest_bin(g, base, K, NB: tl.constexpr):
     """The largest bin b with base + #{values in bins >= b} >= K (0 when none reaches K), and
-    base + the count above it. ``g``: the [NB] histogram. One suffix scan and one maximum (of
-    the bin above its count above: counts stay below 2**20), each a cross-warp step."""
+    base + the count above it. ``g``: the [NB] histogram. (Session 30 tried one suffix scan
+    and one packed maximum in place of these four reductions: +0.2 µs at one row, run 10.)"""
     b = tl.arange(0, NB)
-    at_least = base + tl.cumsum(g, axis=0, reverse=True)
-    packed = tl.max(tl.where((at_least >= K) | (b == 0), (b << 20) | (at_least - g), 0), axis=0)
-    return packed >> 20, packed & 0xFFFFF
+    at_least = base + tl.sum(g, axis=0) - tl.cumsum(g, axis=0) + g
+    bsel = tl.max(tl.where(at_least >= K, b, 0), axis=0)
+    return bsel, base + tl.sum(tl.where(b > bsel, g, 0), axis=0)
 
 
 @triton.jit
