@@ -37,7 +37,7 @@ def _spec(a):
         return (str(a.dtype), a.data_ptr() % 16 == 0)
     if isinstance(a, bool) or not isinstance(a, int):
         return (type(a).__name__, a)
-    return (a == 1, a % 16 == 0)
+    return (a == 1, a % 16 == 0, -2**31 <= a < 2**31)
 
 
 def launch(fn, grid: tuple, args: tuple, consts: dict, ctas: int, region: int) -> None:

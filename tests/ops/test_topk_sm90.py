@@ -67,11 +67,14 @@ for block in (8, 2, 64):
             RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 from dsv4_decode.ops.topk import _cluster as CL
-for block, ctas in ((8, 16), (8, 1), (2, 8), (64, 16)):
+# a cluster a row, at 8 warps (up to WIDE_CTAS_GRID CTAs) and 4; smem_off is always a
+# multiple of 16, the row stride and width either
+for block, ctas, warps in ((8, 16, 8), (8, 16, 4), (8, 1, 8), (2, 8, 4), (64, 16, 8)):
     c = TopkConfig.pick(2048, block)
-    out[f"cluster-b{block}-c{ctas}"] = spill_stores(CL._cluster_kernel, dict(
-        CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True), CL.NUM_WARPS,
-        {"x_ptr": "*i16"}, default_ptr="*i32")
+    for div in (("smem_off",), ("smem_off", "stride_x", "stride_o", "cols")):
+        out[f"cluster-b{block}-c{ctas}-w{warps}-div{len(div)}"] = spill_stores(
+            CL._cluster_kernel, dict(CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True),
+            warps, {"x_ptr": "*i16"}, default_ptr="*i32", divisible=div)
 from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):
     c = TopkConfig.pick(k)

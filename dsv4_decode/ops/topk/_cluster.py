@@ -7,8 +7,8 @@ byte inside the threshold bin B, then the write), for rows of at most ``MAX_CTAS
 chunks of the widest row, rounded up to a power of two), CTA q owns chunk q, and the CTAs
 meet in distributed shared memory and at cluster barriers where ``_radix`` meets through
 global atomics and a software barrier across the grid (each about a kernel boundary,
-session 6). The chunk's loads do not wait for the
-length (``_chunk_keys``'s ``EAGER``); chunks past the length give no keys.
+session 6). The chunk's loads do not wait for the length (``_chunk_keys``'s ``EAGER``);
+chunks past the length give no keys.
 
 Shared region of each CTA (``cluster.launch``; words): ``[0, 512)`` the row's ``key1 >> 8``
 histogram and ``[512, 768)`` its low-byte histogram, each spread over the cluster (CTA r holds
