@@ -30,8 +30,8 @@ def is_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-@functools.lru_cache(maxsize=8)
 def clusters_capable(device: torch.device) -> bool:
-    """Whether ``device`` runs thread-block clusters with distributed shared memory (a CUDA GPU
-    of compute capability 9.0 or later). False for a non-CUDA device (the interpreter)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    """Whether ``device`` runs thread-block clusters with distributed shared memory: the same
+    GPUs as ``pdl_capable`` (both came with compute capability 9.0). False for a non-CUDA
+    device (the interpreter)."""
+    return pdl_capable(device)
