@@ -47,8 +47,8 @@ def variants(rows: int, mode: str = "", inter: int = 576) -> dict[str, MoEConfig
     if mode == "tiles":  # routing-record tiles (the MMA width) of 16 against the default 8
         return {"pick": pick, "tile16": dataclasses.replace(pick, block_m=16)}
     if mode == "prefetch":  # W1|W3's CTAs prefetching W2 into L2: pick against the other way
-        return {"pick": pick} | {f"prefetch_w2_{v}": dataclasses.replace(pick, prefetch_w2=v)
-                                 for v in (0, 1, 2) if v != pick.prefetch_w2}
+        flip = not pick.prefetch_w2
+        return {"pick": pick, f"prefetch_w2_{flip}": dataclasses.replace(pick, prefetch_w2=flip)}
     if mode == "wide":  # W1|W3 occupancy around ROUND1 (192 registers: 5 CTAs a SM)
         out["w13_cap168"] = dataclasses.replace(pick, up_maxnreg=168)  # 6 CTAs, 12 B spilled
         out["w13_cap160_stages2"] = dataclasses.replace(pick, up_maxnreg=160, up_stages=2)

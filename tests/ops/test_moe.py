@@ -528,7 +528,7 @@ def test_gpu_prefetch_w2_bitwise(gpu_bank, gpu_prepared, rows):
     r = route(x, gw, gb)
     base = pick_config(rows, 6, True)
     outs = {}
-    for pf in (0, 1, 2):
+    for pf in (False, True):
         cfg = dataclasses.replace(base, prefetch_w2=pf)
         outs[pf] = moe_experts(x, r, gpu_prepared, config=cfg)
         ws = alloc_moe_workspace(rows, 6, 5120, 576, "cuda", cfg)
@@ -539,8 +539,8 @@ def test_gpu_prefetch_w2_bitwise(gpu_bank, gpu_prepared, rows):
             g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, outs[pf])
-    assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0])
-    check_close(outs[0], ref_experts(x, r, gpu_bank[0]))
+    assert torch.equal(outs[True], outs[False])
+    check_close(outs[True], ref_experts(x, r, gpu_bank[0]))
 
 
 @pytest.mark.gpu
@@ -614,11 +614,10 @@ for rows, inter in ((1, 576), (6, 576), (12, 576), (48, 576), (1, 2304), (48, 23
                      PREFETCH_W2=cfg.prefetch_w2, INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
-        for pf in (0, 1, 2) if rows == 1 and name == "pick" else ():  # the W2 prefetch
-            if pf != cfg.prefetch_w2:
-                const["PREFETCH_W2"] = pf
-                out[f"up-{name}-T{rows}-I{inter}-S{s}-pf{pf}"] = build(
-                    K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
+        if rows == 1 and name == "pick":  # the W2 prefetch, on and off
+            const["PREFETCH_W2"] = not cfg.prefetch_w2
+            out[f"up-{name}-T{rows}-I{inter}-S{s}-pf{int(not cfg.prefetch_w2)}"] = build(
+                K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
         if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without
             const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=cfg.block_m,
                          BLOCK_N=cfg.down_n,

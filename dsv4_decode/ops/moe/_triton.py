@@ -444,24 +444,6 @@ def _l2_prefetch(base, nbytes: tl.constexpr, PARTS: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_w2(w2_ptr, s2_ptr, e, D: tl.constexpr, I: tl.constexpr,
-                 SCALE_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
-    """This CTA's part of expert e's W2 words and scales (of a tile's CTAs, equal parts)."""
-    P: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N * SPLIT
-    _l2_prefetch(w2_ptr + e * D * (I // 8), D * (I // 8) * 4, P)
-    _l2_prefetch(s2_ptr + e * D * (I // SCALE_BLOCK), D * (I // SCALE_BLOCK), P)
-
-
-@triton.jit
-def _prefetch_sw2(sw2_ptr, ss2_ptr, D: tl.constexpr, I: tl.constexpr, BLOCK_N: tl.constexpr,
-                  SPLIT: tl.constexpr):
-    """This CTA's part of the shared expert's W2 (e4m3) and its scales."""
-    P: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N * SPLIT
-    _l2_prefetch(sw2_ptr, D * I, P)
-    _l2_prefetch(ss2_ptr, (D // 32) * (I // 32), P)
-
-
-@triton.jit
 def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
                    gu_ptr, tick_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, T, stride_x, N_ENTRIES,
                    SH_TILES, D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
@@ -500,8 +482,10 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
         if e >= 0:  # tiles past the last expert's group are idle
-            if PREFETCH_W2 == 1:
-                _prefetch_w2(w2_ptr, s2_ptr, e, D, I, SCALE_BLOCK, BLOCK_N, SPLIT)
+            if PREFETCH_W2:
+                P: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N * SPLIT
+                _l2_prefetch(w2_ptr + e * D * (I // 8), D * (I // 8) * 4, P)
+                _l2_prefetch(s2_ptr + e * D * (I // SCALE_BLOCK), D * (I // SCALE_BLOCK), P)
             ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
@@ -522,16 +506,15 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                     acc_u = _mx4_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D,
                                      w + I * (D // 8), s + I * (D // SCALE_BLOCK), offs_n, n_ok,
                                      SCALE_BLOCK, BLOCK_K, 0, INTERPRETER)
-            if PREFETCH_W2 == 2:  # the expert again (one L1 hit): not live across the loop
-                _prefetch_w2(w2_ptr, s2_ptr, tl.load(tiles_ptr + tile).to(tl.int64), D, I,
-                             SCALE_BLOCK, BLOCK_N, SPLIT)
             _up_store(acc_g * _POW63, acc_u * _POW63, tl.where(ok, ent, 0), ok, offs_n, n_ok,
                       h_ptr, gu_ptr, tick_ptr, _grid_tick(I, BLOCK_N, SPLIT), pid_s, n_rows, I,
                       SPLIT)
     else:
-        if PREFETCH_W2 == 1:
+        if PREFETCH_W2:
             if pid_m == 0:
-                _prefetch_sw2(sw2_ptr, ss2_ptr, D, I, BLOCK_N, SPLIT)
+                P2: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N * SPLIT
+                _l2_prefetch(sw2_ptr, D * I, P2)
+                _l2_prefetch(ss2_ptr, (D // 32) * (I // 32), P2)
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         if JOIN:
@@ -548,9 +531,6 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                                  ss13_ptr, offs_n, n_ok, BLOCK_K)
                 acc_u = _fp8_dot(acc_u, x_ptr, rows, ok, stride_x, it0 + j, D, sw13_ptr + I * D,
                                  ss13_ptr + (I // 32) * (D // 32), offs_n, n_ok, BLOCK_K)
-        if PREFETCH_W2 == 2:
-            if pid_m == 0:
-                _prefetch_sw2(sw2_ptr, ss2_ptr, D, I, BLOCK_N, SPLIT)
         _up_store(acc_g, acc_u, N_ENTRIES + tl.where(ok, rows, 0), ok, offs_n, n_ok, h_ptr,
                   gu_ptr, tick_ptr, _grid_tick(I, BLOCK_N, SPLIT), pid_s, n_rows, I, SPLIT)
 

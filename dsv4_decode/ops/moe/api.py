@@ -499,8 +499,8 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     up_k = _k_step(cfg.up_k, d // split)
     join = _join_gate_up(cfg, up_k, block)
     # the L2 prefetch wants 16-byte aligned bases (the per-expert strides are multiples of 16)
-    prefetch = cfg.prefetch_w2 if x.is_cuda and all(
-        v.data_ptr() % 16 == 0 for v in (w.w2, w.w2_scales, sw2, ss2)) else 0
+    prefetch = cfg.prefetch_w2 and x.is_cuda and all(
+        v.data_ptr() % 16 == 0 for v in (w.w2, w.w2_scales, sw2, ss2))
     up_args = (x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
                workspace.gu, workspace.tick, w.w2, w.w2_scales, sw2, ss2, t, x.stride(0),
                n_entries, sh_tiles)
