@@ -2,7 +2,7 @@
 around ``pick_config``'s choice, at TP=4 shapes (``--tp1``: TP=1's, I = 2304). No CSV: it
 prints one line a row count.
 
-    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages|wide|tiles|prefetch|layout] [--tp1]
+    PYTHONPATH=. python3 scripts/moe_sweep.py 1,6,12,48 [stages | wide | tiles | layout] [--tp1]
 
 Variants: W1|W3 split K 2 / 4 / 8 / 16 (3 stages, 128 registers, as the split configs),
 W2 tiles of 32 / 64 / 128 columns; with ``stages``: pipeline depths instead, W2 2 / 3 / 4 / 5
@@ -11,8 +11,7 @@ split configs W1|W3 capped at 128 / 104 / 96 / 80 registers (8 / 9 / 10 / 12 CTA
 ``wide`` (for ``ROUND1``'s rows, 12 up): W1|W3 at more CTAs a SM (capped at 168 or 160
 registers, 64-row tiles of 4 warps, 128-deep joined steps), W2 at 4 stages; with ``tiles``:
 routing-record tiles (the expert kernels' MMA width) of 16 against the default 8, alternated
-twice, after checking that both give bitwise the same output (``prefetch``: the same for
-``MoEConfig.prefetch_w2`` on and off) (session 16's runs 7 and 10 ran
+twice, after checking that both give bitwise the same output (session 16's runs 7 and 10 ran
 this as ``scripts/moe_mma_rows_ab.py``, since folded in here); with ``layout``: ``pick`` on
 the bank as ``prepare_moe_weights`` lays it out (W2 granule-major at I = 576) and on the same
 bank with W2 row-major, in one process (one GPU: no device-to-device spread). Variants equal
@@ -46,9 +45,6 @@ def variants(rows: int, mode: str = "", inter: int = 576) -> dict[str, MoEConfig
     out = {"pick": pick}
     if mode == "tiles":  # routing-record tiles (the MMA width) of 16 against the default 8
         return {"pick": pick, "tile16": dataclasses.replace(pick, block_m=16)}
-    if mode == "prefetch":  # W1|W3's CTAs prefetching W2 into L2: pick against the other way
-        flip = not pick.prefetch_w2
-        return {"pick": pick, f"prefetch_w2_{flip}": dataclasses.replace(pick, prefetch_w2=flip)}
     if mode == "wide":  # W1|W3 occupancy around ROUND1 (192 registers: 5 CTAs a SM)
         out["w13_cap168"] = dataclasses.replace(pick, up_maxnreg=168)  # 6 CTAs, 12 B spilled
         out["w13_cap160_stages2"] = dataclasses.replace(pick, up_maxnreg=160, up_stages=2)
@@ -93,7 +89,7 @@ def main(rows_list: list[int], mode: str = "", inter: int = 576) -> None:
         else:
             runs = [(name, cfg, layer.prepared)
                     for name, cfg in variants(rows, mode, inter).items()]
-            if mode in ("tiles", "prefetch"):  # alternated: pick, variant, pick, variant
+            if mode == "tiles":  # alternated: pick, tile16, pick, tile16
                 runs = runs + runs
         for name, cfg, bank in runs:
             ws = alloc_moe_workspace(rows, 6, B.D, inter, "cuda", cfg)
@@ -101,7 +97,7 @@ def main(rows_list: list[int], mode: str = "", inter: int = 576) -> None:
                 routings[cfg.block_m] = alloc_routing(rows, 6, 384, B.D, "cuda",
                                                       block_m=cfg.block_m)
             routing = routings[cfg.block_m]
-            if mode in ("tiles", "prefetch"):  # the same sums in the same order: bitwise equal
+            if mode == "tiles":  # the same sums in the same order: outputs bitwise equal
                 route(xs[0], *layer.gates[0], top_k=6, out=routing)
                 y = moe_experts(xs[0], routing, bank[0], workspace=ws, config=cfg)
                 ref = first.setdefault("y", y.clone())

@@ -518,32 +518,6 @@ def test_gpu_block16():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 2, 6])
-def test_gpu_prefetch_w2_bitwise(gpu_bank, gpu_prepared, rows):
-    """``MoEConfig.prefetch_w2`` (W1|W3's CTAs prefetch W2 into L2) is only a hint: the
-    layer's output is bitwise the one without it, eager and under 20 graph replays."""
-    _, (gw, gb) = gpu_bank
-    gen = torch.Generator().manual_seed(14)
-    x = torch.randn(rows, 5120, generator=gen).to(torch.bfloat16).cuda()
-    r = route(x, gw, gb)
-    base = pick_config(rows, 6, True)
-    outs = {}
-    for pf in (False, True):
-        cfg = dataclasses.replace(base, prefetch_w2=pf)
-        outs[pf] = moe_experts(x, r, gpu_prepared, config=cfg)
-        ws = alloc_moe_workspace(rows, 6, 5120, 576, "cuda", cfg)
-        out = torch.empty_like(outs[pf])
-        g = capture(lambda cfg=cfg, ws=ws, out=out: moe_experts(x, r, gpu_prepared, out=out,
-                                                                  workspace=ws, config=cfg))
-        for _ in range(20):
-            g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, outs[pf])
-    assert torch.equal(outs[True], outs[False])
-    check_close(outs[True], ref_experts(x, r, gpu_bank[0]))
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 6, 12, 48])
 def test_gpu_graph_replays_bitwise(gpu_bank, gpu_prepared, rows):
     """Capture route + experts once; 500 replays alternating two inputs equal eager bitwise
@@ -611,13 +585,9 @@ for rows, inter in ((1, 576), (6, 576), (12, 576), (48, 576), (1, 2304), (48, 23
         bk = api._k_step(cfg.up_k, D // s)
         const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=cfg.block_m,
                      BLOCK_N=cfg.up_n, BLOCK_K=bk, SPLIT=s, JOIN=api._join_gate_up(cfg, bk, 32),
-                     PREFETCH_W2=cfg.prefetch_w2, INTERPRETER=False)
+                     INTERPRETER=False)
         out[f"up-{name}-T{rows}-I{inter}-S{s}"] = build(
             K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
-        if rows == 1 and name == "pick":  # the W2 prefetch, on and off
-            const["PREFETCH_W2"] = not cfg.prefetch_w2
-            out[f"up-{name}-T{rows}-I{inter}-S{s}-pf{int(not cfg.prefetch_w2)}"] = build(
-                K._moe_up_kernel, const, cfg.num_warps, cfg.up_stages, cfg.up_maxnreg)
         if rows in (1, 48):  # W2 with the combine on its last CTAs (<= 3 rows), without
             const = dict(D=D, I=inter, TOP_K=6, SCALE_BLOCK=32, BLOCK_M=cfg.block_m,
                          BLOCK_N=cfg.down_n,

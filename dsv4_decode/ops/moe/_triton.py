@@ -428,28 +428,11 @@ def _grid_tick(I: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def _l2_prefetch(base, nbytes: tl.constexpr, PARTS: tl.constexpr):
-    """Thread 0 of this CTA asks the L2 to fetch part ``program_id(0)`` of ``PARTS`` equal
-    parts of the ``nbytes`` bytes at ``base`` (16-byte aligned: the api checks): one
-    ``cp.async.bulk.prefetch.L2`` (sm_90+; a multiple of 16 bytes, so a last part's tail
-    of under 16 bytes is left out), a hint with no effect on any result."""
-    part: tl.constexpr = (nbytes + 16 * PARTS - 1) // (16 * PARTS) * 16
-    start = tl.program_id(0) * part
-    n = tl.minimum(part, nbytes - start) // 16 * 16
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-        "setp.gt.and.s32 p, $2, 0, p; @p cp.async.bulk.prefetch.L2.global [$1], $2; "
-        "mov.u32 $0, 0; }",
-        "=r,l,r", [(base + start).to(tl.int64), n], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss13_ptr, h_ptr,
-                   gu_ptr, tick_ptr, w2_ptr, s2_ptr, sw2_ptr, ss2_ptr, T, stride_x, N_ENTRIES,
-                   SH_TILES, D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
-                   SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, JOIN: tl.constexpr,
-                   PREFETCH_W2: tl.constexpr, INTERPRETER: tl.constexpr):
+                   gu_ptr, tick_ptr, T, stride_x, N_ENTRIES, SH_TILES, D: tl.constexpr,
+                   I: tl.constexpr, TOP_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   SPLIT: tl.constexpr, JOIN: tl.constexpr, INTERPRETER: tl.constexpr):
     """Grid ``(I/BLOCK_N * SPLIT, SH_TILES + max_tiles)``. Tile ``pid_m < SH_TILES``: BLOCK_M
     rows of the shared expert (first: its CTAs stream twice the bytes, so they start first);
     beyond: routed tile ``pid_m - SH_TILES`` (BLOCK_M entries of one expert). Each CTA takes
@@ -457,11 +440,7 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
     ``tick[pid_m * I/BLOCK_N + n block]``). Accumulators are ``[BLOCK_N, BLOCK_M]`` (weights
     as the MMA's M side: few rows per tile). JOIN (``api._join_gate_up``): W1's and W3's
     BLOCK_N rows in one ``[2 BLOCK_N, BLOCK_K]`` tile a step (one dot, one streaming scale
-    tile; the shared expert's tile scaled before the dot), else one tile each.
-    PREFETCH_W2 (``MoEConfig.prefetch_w2``; sm_90+): the CTAs of each tile first ask the L2
-    for W2's bytes of their expert (the shared expert's: its first tile), an equal part each,
-    so that ``_moe_down_kernel`` reads them from L2 (``w2_ptr`` ..: the W2 weights as
-    ``_moe_down_kernel`` takes them; not read here)."""
+    tile; the shared expert's tile scaled before the dot), else one tile each."""
     pid_m = tl.program_id(1)
     pid_s = tl.program_id(0) % SPLIT
     n0 = (tl.program_id(0) // SPLIT) * BLOCK_N
@@ -482,10 +461,6 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
         tile = pid_m - SH_TILES
         e = tl.load(tiles_ptr + tile).to(tl.int64)  # the tile's expert: one load to weights
         if e >= 0:  # tiles past the last expert's group are idle
-            if PREFETCH_W2:
-                P: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N * SPLIT
-                _l2_prefetch(w2_ptr + e * D * (I // 8), D * (I // 8) * 4, P)
-                _l2_prefetch(s2_ptr + e * D * (I // SCALE_BLOCK), D * (I // SCALE_BLOCK), P)
             ent = tl.load(entries_ptr + tile * BLOCK_M + offs_m)
             ok = ent >= 0
             rows = tl.where(ok, ent // TOP_K, 0)
@@ -510,11 +485,6 @@ def _moe_up_kernel(x_ptr, entries_ptr, tiles_ptr, w13_ptr, s13_ptr, sw13_ptr, ss
                       h_ptr, gu_ptr, tick_ptr, _grid_tick(I, BLOCK_N, SPLIT), pid_s, n_rows, I,
                       SPLIT)
     else:
-        if PREFETCH_W2:
-            if pid_m == 0:
-                P2: tl.constexpr = (I + BLOCK_N - 1) // BLOCK_N * SPLIT
-                _l2_prefetch(sw2_ptr, D * I, P2)
-                _l2_prefetch(ss2_ptr, (D // 32) * (I // 32), P2)
         rows = pid_m * BLOCK_M + offs_m
         ok = rows < T
         if JOIN:

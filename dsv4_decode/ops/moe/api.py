@@ -498,14 +498,10 @@ def moe_experts(x: torch.Tensor, routing: Routing, weights: MoEWeights,
     # tiles (first) start first; axis 1 <= 65535 holds (T <= 4096 / k entries)
     up_k = _k_step(cfg.up_k, d // split)
     join = _join_gate_up(cfg, up_k, block)
-    # the L2 prefetch wants 16-byte aligned bases (the per-expert strides are multiples of 16)
-    prefetch = cfg.prefetch_w2 and x.is_cuda and all(
-        v.data_ptr() % 16 == 0 for v in (w.w2, w.w2_scales, sw2, ss2))
     up_args = (x, routing.entries, routing.tiles, w.w13, w.w13_scales, sw13, ss13, workspace.h,
-               workspace.gu, workspace.tick, w.w2, w.w2_scales, sw2, ss2, t, x.stride(0),
-               n_entries, sh_tiles)
+               workspace.gu, workspace.tick, t, x.stride(0), n_entries, sh_tiles)
     up_const = dict(D=d, I=inter, TOP_K=k, SCALE_BLOCK=block, BLOCK_M=cfg.block_m,
-                    BLOCK_N=cfg.up_n, BLOCK_K=up_k, SPLIT=split, PREFETCH_W2=prefetch)
+                    BLOCK_N=cfg.up_n, BLOCK_K=up_k, SPLIT=split)
     n_items = triton.cdiv(inter, cfg.up_n) * split  # of one tile
     K._moe_up_kernel[(n_items, m_tiles)](*up_args, **up_const, JOIN=join, **up_launch)
     # The rule: the combine rides on W2's last CTA per column block up to 3 rows; above, a

@@ -23,9 +23,6 @@ class MoEConfig:
     the GPU). num_warps: both kernels; up_stages / num_stages: pipeline depth of W1|W3 / W2.
     up_maxnreg: register cap of W1|W3 (0: the compiler's choice; 128 lets 8 two-warp CTAs
     share an SM instead of 5).
-    prefetch_w2: W1|W3's CTAs ask the L2 for the W2 bytes of their tiles' experts (and the
-    shared expert's) before their own K loop, so that W2 reads L2, not HBM (on the GPU only;
-    a hint: the results are the same bits).
     """
 
     block_m: int = BLOCK_M
@@ -38,7 +35,6 @@ class MoEConfig:
     up_stages: int = 4
     up_maxnreg: int = 128
     up_split: int = 1
-    prefetch_w2: bool = False
 
     def __post_init__(self):
         if self.block_m < 8 or self.block_m & (self.block_m - 1):
