@@ -5,7 +5,8 @@ grid-barrier form (``_radix``), same inputs, one process (one GPU).
         [--variants radix,cluster,cluster-nopdl,cluster-w4] [--phases]
 
 ``cluster`` runs ``_cluster.launch`` (the cluster size and warps its rules pick; ``-nopdl``: a
-plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid); ``radix`` is ``_radix.launch``
+plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid; ``cluster-tlhist``: a copy
+whose histograms are ``tl.histogram``'s, as before session 31); ``radix`` is ``_radix.launch``
 (``radix-oldbin``: with session 29's ``_largest_bin``). Top 2,048 blocks of 8, as ``bench topk
 --blocks``. Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls,
 median of 20 replays), after every variant's output was compared bitwise with the twin's
@@ -48,17 +49,22 @@ def runner(name):
         b = src.index("@triton.jit", a + 1)
         return load_source(src[:a] + OLD_BIN + "\n\n" + src[b:], "topk_radix_oldbin",
                            "dsv4_decode.ops.topk").launch
+    mod = _cluster
+    if name.startswith("cluster-tlhist"):  # the histograms by tl.histogram (before session 31)
+        src = patch(open(_cluster.__file__).read(),
+                    [("SMEM_HIST: tl.constexpr = True", "SMEM_HIST: tl.constexpr = False")])
+        mod = load_source(src, "topk_cluster_tlhist", "dsv4_decode.ops.topk")
     parts = name.split("-")
     pdl = "nopdl" not in parts
     warps = next((int(v[1:]) for v in parts if v[0] == "w"), 0)
 
     def launch(*args):  # -wN: every grid at N warps (patches the rule's thresholds)
-        old = _cluster.WIDE_CTAS_GRID
-        _cluster.WIDE_CTAS_GRID = {0: old, 4: 0, 8: 1 << 30}[warps]
+        old = mod.WIDE_CTAS_GRID
+        mod.WIDE_CTAS_GRID = {0: old, 4: 0, 8: 1 << 30}[warps]
         try:
-            _cluster.launch(*args, pdl=pdl)
+            mod.launch(*args, pdl=pdl)
         finally:
-            _cluster.WIDE_CTAS_GRID = old
+            mod.WIDE_CTAS_GRID = old
     return launch
 
 
@@ -100,8 +106,8 @@ def phases(rows, cols, valid) -> None:
         ("out_ptr, stride_x, stride_o, cols, K, smem_off,",
          "out_ptr, dbg_ptr, stride_x, stride_o, cols, K, smem_off,"),
         ("    row = tl.program_id(1)\n", "    row = tl.program_id(1)\n" + stamp(0)),
-        ("    h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)\n",
-         "    h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)\n" + stamp(1)),
+        ("        h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)\n",
+         "        h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)\n" + stamp(1)),
         ("    cluster.arrive()  # B1\n    cluster.wait()\n",
          "    cluster.arrive()  # B1\n    cluster.wait()\n" + stamp(2)),
         ("0, K, H1)\n", "0, K, H1)\n" + stamp(3)),

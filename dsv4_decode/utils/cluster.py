@@ -88,6 +88,23 @@ def st_local(addr, v):
 
 
 @triton.jit
+def ld_local(addr):
+    """Load the u32 at this CTA's shared ``addr`` (elementwise)."""
+    return tl.inline_asm_elementwise("ld.shared.u32 $0, [$1];", "=r,r", [addr],
+                                     dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def count_local(addr, mask):
+    """Add 1 to the u32 at this CTA's shared ``addr`` where ``mask`` (elementwise; a shared
+    memory atomic, so equal addresses in a warp all count). As ``red_add_rank``: every thread
+    holding an element adds, so ``addr`` must not be replicated across threads."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p red.shared.add.u32 [$1], 1; mov.u32 $0, 0; }",
+        "=r,r,r", [addr, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def ld_rank(addr, rank):
     """Load the u32 at shared ``addr`` of the cluster's CTA ``rank`` (elementwise)."""
     return tl.inline_asm_elementwise(

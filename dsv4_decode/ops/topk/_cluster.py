@@ -44,7 +44,8 @@ MAX_CTAS = 16  # the largest cluster Hopper runs (a non-portable size)
 MAX_CTAS_GRID = 192
 WIDE_CTAS_GRID = 96
 W_H2, W_SUF = tl.constexpr(512), tl.constexpr(768)  # region words (module docstring)
-REGION = 4 * (768 + 257 + 3)  # bytes, a multiple of 16
+W_L1, W_L2 = tl.constexpr(1028), tl.constexpr(1540)
+REGION = 4 * (1540 + 256)  # bytes, a multiple of 16
 
 
 def cluster_ctas(rows: int, cols: int, cfg) -> int:
@@ -70,9 +71,19 @@ def _write_chunk(key1, e, tau, quota, offset, o_row):
 
 
 @triton.jit
+def _local_hist(bins, mask, smem_off, W: tl.constexpr, NB: tl.constexpr):
+    """The [NB] histogram of ``bins`` where ``mask``, counted by shared-memory atomics into the
+    zeroed words ``[W, W + NB)`` of the region (a CTA barrier after the zeroing is the
+    caller's), then read back after a CTA barrier."""
+    cluster.count_local(cluster.smem_addr(smem_off + 4 * (W + bins)), mask)
+    tl.debug_barrier()
+    return cluster.ld_local(cluster.smem_addr(smem_off + 4 * (W + tl.arange(0, NB))))
+
+
+@triton.jit
 def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off,
                     CTAS: tl.constexpr, BLOCK: tl.constexpr, CE: tl.constexpr,
-                    KP: tl.constexpr, PDL: tl.constexpr):
+                    KP: tl.constexpr, PDL: tl.constexpr, SMEM_HIST: tl.constexpr = True):
     if PDL:  # launched as a programmatic dependent: wait for the kernel before
         _pdl_enter()
     cluster.check_cluster(CTAS)
@@ -86,16 +97,26 @@ def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, sm
     a_h2 = cluster.smem_addr(smem_off + 4 * (W_H2 + w2))
     cluster.st_local(a_h1, tl.zeros([H1], tl.int32))
     cluster.st_local(a_h2, tl.zeros([H2], tl.int32))
+    if SMEM_HIST:
+        cluster.st_local(cluster.smem_addr(smem_off + 4 * (W_L1 + w1)), tl.zeros([H1], tl.int32))
+        cluster.st_local(cluster.smem_addr(smem_off + 4 * (W_L2 + w2)), tl.zeros([H2], tl.int32))
     cluster.arrive()  # B0
     key1, e = _chunk_keys(x_ptr, lengths_ptr, row, q, stride_x, cols, BLOCK, CE, False, True)
-    h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)
+    if SMEM_HIST:
+        tl.debug_barrier()  # the local zeros
+        h = _local_hist(key1 >> 8, key1 > 0, smem_off, W_L1, H1)
+    else:
+        h = tl.histogram(key1 >> 8, H1, mask=key1 > 0)
     cluster.wait()
     cluster.red_add_rank(a_h1, h, h > 0, own1)
     cluster.arrive()  # B1
     cluster.wait()
     bsel, above = _largest_bin(cluster.ld_rank(a_h1, own1), 0, K, H1)
     hi = key1 >> 8
-    h2 = tl.histogram(key1 & 0xFF, H2, mask=(key1 > 0) & (hi == bsel))
+    if SMEM_HIST:
+        h2 = _local_hist(key1 & 0xFF, (key1 > 0) & (hi == bsel), smem_off, W_L2, H2)
+    else:
+        h2 = tl.histogram(key1 & 0xFF, H2, mask=(key1 > 0) & (hi == bsel))
     n_gt = tl.sum((hi > bsel).to(tl.int32), axis=0)
     cluster.red_add_rank(a_h2, h2, h2 > 0, own2)
     cluster.st_local(cluster.smem_addr(smem_off + 4 * (W_SUF + w2)),
