@@ -5,7 +5,8 @@ grid-barrier form (``_radix``), same inputs, one process (one GPU).
         [--variants radix,cluster,cluster-nopdl,cluster-w4] [--phases]
 
 ``cluster`` runs ``_cluster.launch`` (the cluster size and warps its rules pick; ``-nopdl``: a
-plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid; ``cluster-tlhist``: a copy
+plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid, ``-any``: also grids past the
+rule's CTA limit (``MAX_CTAS_GRID``); ``cluster-tlhist``: a copy
 whose histograms are ``tl.histogram``'s, as before session 31); ``radix`` is ``_radix.launch``
 (``radix-oldbin``: with session 29's ``_largest_bin``). Top 2,048 blocks of 8, as ``bench topk
 --blocks``. Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls,
@@ -52,19 +53,21 @@ def runner(name):
     mod = _cluster
     if name.startswith("cluster-tlhist"):  # the histograms by tl.histogram (before session 31)
         src = patch(open(_cluster.__file__).read(),
-                    [("SMEM_HIST: tl.constexpr = True", "SMEM_HIST: tl.constexpr = False")])
+                    [("SMEM_HIST = True", "SMEM_HIST = False")])
         mod = load_source(src, "topk_cluster_tlhist", "dsv4_decode.ops.topk")
     parts = name.split("-")
     pdl = "nopdl" not in parts
     warps = next((int(v[1:]) for v in parts if v[0] == "w"), 0)
 
-    def launch(*args):  # -wN: every grid at N warps (patches the rule's thresholds)
-        old = mod.WIDE_CTAS_GRID
-        mod.WIDE_CTAS_GRID = {0: old, 4: 0, 8: 1 << 30}[warps]
+    def launch(*args):  # -wN: every grid at N warps; -any: past the rule's CTA limit
+        old = mod.WIDE_CTAS_GRID, mod.MAX_CTAS_GRID
+        mod.WIDE_CTAS_GRID = {0: old[0], 4: 0, 8: 1 << 30}[warps]
+        if "any" in parts:
+            mod.MAX_CTAS_GRID = 1 << 30
         try:
             mod.launch(*args, pdl=pdl)
         finally:
-            mod.WIDE_CTAS_GRID = old
+            mod.WIDE_CTAS_GRID, mod.MAX_CTAS_GRID = old
     return launch
 
 

@@ -73,7 +73,8 @@ for block, ctas, warps in ((8, 16, 8), (8, 16, 4), (8, 1, 8), (2, 8, 4), (64, 16
     c = TopkConfig.pick(2048, block)
     for div in (("smem_off",), ("smem_off", "stride_x", "stride_o", "cols")):
         out[f"cluster-b{block}-c{ctas}-w{warps}-div{len(div)}"] = spill_stores(
-            CL._cluster_kernel, dict(CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True),
+            CL._cluster_kernel, dict(CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True,
+                                     ATOMIC=c.rchunk >= 32 * warps),
             warps, {"x_ptr": "*i16"}, default_ptr="*i32", divisible=div)
 from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):

@@ -15,7 +15,10 @@ histogram and ``[512, 768)`` its low-byte histogram, each spread over the cluste
 the r-th of C equal slices of the bins: every CTA adds its counts into the owners and reads the
 whole histogram back from them, so no CTA serves more than a slice's requests; session 30: one
 owner for all bins cost 1,160 cycles more at 1 x 512K); ``[768, 1025)`` the chunk's suffix
-counts ``#{key1 >= 256 B + l}``, word 1024 (l = 256) its count above bin B. Barriers: B0 after
+counts ``#{key1 >= 256 B + l}``, word 1024 (l = 256) its count above bin B; ``[1028, 1540)``
+and ``[1540, 1796)`` the chunk's own two histograms, counted there by shared-memory atomics
+(``ATOMIC``; ``tl.histogram`` spent about 400 instructions a thread on each, and the atomics
+took a call from 6.9 to 5.4 µs at 1 x 64K, session 31). Barriers: B0 after
 every CTA zeroed its slices (its wait just before the first add), B1 after the high-byte adds,
 B2 after the low-byte adds and the suffix counts, B3 after the last remote read (its wait just
 before the CTA exits, so no CTA's shared memory goes while another may read it).
@@ -45,6 +48,10 @@ MAX_CTAS_GRID = 192
 WIDE_CTAS_GRID = 96
 W_H2, W_SUF = tl.constexpr(512), tl.constexpr(768)  # region words (module docstring)
 W_L1, W_L2 = tl.constexpr(1028), tl.constexpr(1540)
+# The histograms by shared-memory atomics (``ATOMIC``), which count every thread holding a
+# key, so only where none is replicated (a chunk of at least one key a thread: blocks of 64
+# have 64-key chunks and keep ``tl.histogram``).
+SMEM_HIST = True
 REGION = 4 * (1540 + 256)  # bytes, a multiple of 16
 
 
@@ -83,7 +90,7 @@ def _local_hist(bins, mask, smem_off, W: tl.constexpr, NB: tl.constexpr):
 @triton.jit
 def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off,
                     CTAS: tl.constexpr, BLOCK: tl.constexpr, CE: tl.constexpr,
-                    KP: tl.constexpr, PDL: tl.constexpr, SMEM_HIST: tl.constexpr = True):
+                    KP: tl.constexpr, PDL: tl.constexpr, ATOMIC: tl.constexpr):
     if PDL:  # launched as a programmatic dependent: wait for the kernel before
         _pdl_enter()
     cluster.check_cluster(CTAS)
@@ -97,12 +104,12 @@ def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, sm
     a_h2 = cluster.smem_addr(smem_off + 4 * (W_H2 + w2))
     cluster.st_local(a_h1, tl.zeros([H1], tl.int32))
     cluster.st_local(a_h2, tl.zeros([H2], tl.int32))
-    if SMEM_HIST:
+    if ATOMIC:
         cluster.st_local(cluster.smem_addr(smem_off + 4 * (W_L1 + w1)), tl.zeros([H1], tl.int32))
         cluster.st_local(cluster.smem_addr(smem_off + 4 * (W_L2 + w2)), tl.zeros([H2], tl.int32))
     cluster.arrive()  # B0
     key1, e = _chunk_keys(x_ptr, lengths_ptr, row, q, stride_x, cols, BLOCK, CE, False, True)
-    if SMEM_HIST:
+    if ATOMIC:
         tl.debug_barrier()  # the local zeros
         h = _local_hist(key1 >> 8, key1 > 0, smem_off, W_L1, H1)
     else:
@@ -113,7 +120,7 @@ def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, sm
     cluster.wait()
     bsel, above = _largest_bin(cluster.ld_rank(a_h1, own1), 0, K, H1)
     hi = key1 >> 8
-    if SMEM_HIST:
+    if ATOMIC:
         h2 = _local_hist(key1 & 0xFF, (key1 > 0) & (hi == bsel), smem_off, W_L2, H2)
     else:
         h2 = tl.histogram(key1 & 0xFF, H2, mask=(key1 > 0) & (hi == bsel))
@@ -158,7 +165,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
                          "for one cluster a row (cluster_ctas)")
     warps = 8 if rows * ctas <= WIDE_CTAS_GRID else 4
     consts = dict(CTAS=ctas, BLOCK=cfg.block, CE=cfg.rchunk, KP=triton.next_power_of_2(k),
-                  PDL=pdl, num_warps=warps, **({"launch_pdl": True} if pdl else {}))
+                  PDL=pdl, ATOMIC=SMEM_HIST and cfg.rchunk >= 32 * warps, num_warps=warps,
+                  **({"launch_pdl": True} if pdl else {}))
     cluster.launch(_cluster_kernel, (1, rows), (x16, lengths, out, x16.stride(0),
                                                 out.stride(0), cols, k),
                    consts, ctas, REGION)
