@@ -26,6 +26,7 @@ import torch
 from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _cluster, _radix, decode_topk_blocks_ref, make_topk_workspace
+from dsv4_decode.utils import cluster
 from dsv4_decode.utils.module_copy import STAMPS, load_source, patch
 
 CELLS = [(r, 65536, v) for v in ("1/8", "all") for r in (1, 6, 12, 24, 48)]
@@ -71,6 +72,18 @@ def runner(name):
     return launch
 
 
+GRIDS = {}  # variant -> the grid of its last clustered launch (the LONG form's G clusters)
+_launch = cluster.launch
+
+
+def _recording_launch(fn, grid, *args):
+    GRIDS["last"] = grid
+    return _launch(fn, grid, *args)
+
+
+cluster.launch = _recording_launch
+
+
 def cell(variants, rows, cols, valid) -> None:
     xs, lens, _ = TB._inputs(rows, cols, valid)
     ws = make_topk_workspace(rows, NB, "cuda", BLOCK)
@@ -87,12 +100,15 @@ def cell(variants, rows, cols, valid) -> None:
         return fn
 
     ok = []
+    grids = []
     for v, run in enumerate(runs):
+        GRIDS.pop("last", None)
         run(xs[0].view(torch.int16), lens, outs[v], ws, ws.cfg, NB)
         ok.append(torch.equal(outs[v], want))
+        grids.append(GRIDS.get("last"))
     t = [[graph_time_us(make_fn(v), calls=20) for v in range(len(variants))] for _ in range(2)]
-    txt = "  ".join(f"{n} {a:6.2f}/{b:6.2f}{'' if g else ' WRONG'}"
-                    for n, a, b, g in zip(variants, *t, ok, strict=True))
+    txt = "  ".join(f"{n} {a:6.2f}/{b:6.2f}{'' if g else ' WRONG'}{f' grid {d}' if d else ''}"
+                    for n, a, b, g, d in zip(variants, *t, ok, grids, strict=True))
     print(f"{rows}x{cols}x{valid}: {txt}", flush=True)
 
 

@@ -24,10 +24,13 @@ Graph-safe: the cluster shape is a launch attribute, recorded by CUDA-graph capt
 
 from __future__ import annotations
 
+import ctypes
+
 import triton
 import triton.language as tl
 
-_PATCHED: dict = {}  # (kernel, device, ctas, region, constexprs, specialization) -> smem_off
+# (kernel, device, ctas, region, constexprs, specialization) -> (smem_off, clusters at once)
+_PATCHED: dict = {}
 SMEM_LIMIT = 48 * 1024  # dynamic shared memory a launch gets without an opt-in attribute
 
 
@@ -40,17 +43,47 @@ def _spec(a):
     return (a == 1, a % 16 == 0, -2**31 <= a < 2**31)
 
 
-def launch(fn, grid: tuple, args: tuple, consts: dict, ctas: int, region: int) -> None:
-    """Launch ``fn[grid](*args, smem_off, **consts)`` as ``grid[0] x ctas`` CTAs along x in
-    clusters of ``ctas`` (1..16; 16 is a non-portable size that Hopper allows), each CTA with
-    ``region`` bytes of shared memory of its own at ``smem_off``."""
+class _Attr(ctypes.Structure):  # CUlaunchAttribute with the cluster-dimension value
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("x", ctypes.c_uint),
+                ("y", ctypes.c_uint), ("z", ctypes.c_uint), ("rest", ctypes.c_char * 52)]
+
+
+class _Config(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attr)), ("n_attrs", ctypes.c_uint)]
+
+
+def _max_active_clusters(kern, ctas: int, shared: int) -> int:
+    """Clusters of ``ctas`` CTAs of a compiled kernel the GPU holds at once (the driver's
+    ``cuOccupancyMaxActiveClusters``: registers, shared memory, and how clusters fit the
+    GPCs)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    func = ctypes.c_void_p(kern.function)
+    if ctas > 8:  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+        cuda.cuFuncSetAttribute(func, 14, 1)
+    attr = _Attr(id=4, x=ctas, y=1, z=1)  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    cfg = _Config((ctypes.c_uint * 3)(ctas, 1, 1),
+                  (ctypes.c_uint * 3)(32 * kern.metadata.num_warps, 1, 1), shared, None,
+                  ctypes.pointer(attr), 1)
+    n = ctypes.c_int(0)
+    err = cuda.cuOccupancyMaxActiveClusters(ctypes.byref(n), func, ctypes.byref(cfg))
+    if err:
+        raise RuntimeError(f"cuOccupancyMaxActiveClusters failed with CUresult {err}")
+    return n.value
+
+
+def prepare(fn, args: tuple, consts: dict, ctas: int, region: int) -> tuple[int, int]:
+    """Compile ``fn`` for ``args`` / ``consts`` (once per specialization) and make its launches
+    clustered: ``(smem_off, clusters)``, the byte offset of the kernel's own region and how
+    many clusters the GPU holds at once."""
     device = next(a.device for a in args if hasattr(a, "device"))
     key = (fn, device, ctas, region, tuple(sorted(consts.items())),
            tuple(_spec(a) for a in args))
-    off = _PATCHED.get(key)
-    if off is None:
+    got = _PATCHED.get(key)
+    if got is None:
         # 16 has the specialization of every offset used below (a multiple of 16, not 1)
-        kern = fn.warmup(*args, 16, grid=grid, **consts)
+        kern = fn.warmup(*args, 16, grid=(1,), **consts)
         kern._init_handles()
         nw, _, shared = kern.packed_metadata
         off = -(-max(shared, 16) // 16) * 16
@@ -58,7 +91,15 @@ def launch(fn, grid: tuple, args: tuple, consts: dict, ctas: int, region: int) -
             raise RuntimeError(f"{fn.__name__}: {off} bytes of Triton shared memory + {region} "
                                f"of its own exceed {SMEM_LIMIT}")
         kern.packed_metadata = (nw, ctas, off + region)
-        _PATCHED[key] = off
+        got = _PATCHED[key] = (off, _max_active_clusters(kern, ctas, off + region))
+    return got
+
+
+def launch(fn, grid: tuple, args: tuple, consts: dict, ctas: int, region: int) -> None:
+    """Launch ``fn[grid](*args, smem_off, **consts)`` as ``grid[0] x ctas`` CTAs along x in
+    clusters of ``ctas`` (1..16; 16 is a non-portable size that Hopper allows), each CTA with
+    ``region`` bytes of shared memory of its own at ``smem_off``."""
+    off, _ = prepare(fn, args, consts, ctas, region)
     fn[grid](*args, off, **consts)
 
 

@@ -595,8 +595,9 @@ def test_gpu_graph_replay_bitwise(rows, cols, k):
 @pytest.mark.parametrize("rows,cols", [(6, 1048576), (12, 65536)])
 def test_gpu_blocks_graph_replay_bitwise(rows, cols):
     """Block mode captured once, replayed 500 times alternating two input sets: bitwise
-    identical answers. 6 x 1M: the grid-wide radix select (histograms re-zeroed by the kernels
-    themselves); 12 x 64K: a cluster a row (``_cluster``)."""
+    identical answers. 6 x 1M: rows longer than a cluster's chunks on several clusters (the
+    global histograms re-zeroed by the kernel itself), shorter ones on one, a row switching
+    between the two; 12 x 64K: a cluster a row (``_cluster``)."""
     nb = 2048
     gen = torch.Generator().manual_seed(12)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),

@@ -67,15 +67,22 @@ for block in (8, 2, 64):
             RX.NUM_WARPS,
             {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32")
 from dsv4_decode.ops.topk import _cluster as CL
-# a cluster a row, at 8 warps (up to WIDE_CTAS_GRID CTAs) and 4; smem_off is always a
-# multiple of 16, the row stride and width either
-for block, ctas, warps in ((8, 16, 8), (8, 16, 4), (8, 1, 8), (2, 8, 4), (64, 16, 8)):
+# a cluster a row (8 warps up to WIDE_CTAS_GRID CTAs, 4 beyond), and the LONG form (4 warps;
+# chunks of _radix's: half the size for one row). smem_off is always a multiple of 16. The
+# LONG form is checked as the bench's widths specialize it: at a row stride or width that is
+# not a multiple of 16 its blocks of 8 at LCE = 512 spill 4 bytes (session 30).
+DIV = ("stride_x", "stride_o", "cols", "smem_off")
+for block, ctas, long, warps in ((8, 16, False, 8), (8, 16, False, 4), (8, 1, False, 8),
+                                 (2, 8, False, 4), (64, 16, False, 8), (8, 16, True, 4),
+                                 (2, 16, True, 4), (16, 16, True, 4)):
     c = TopkConfig.pick(2048, block)
-    for div in (("smem_off",), ("smem_off", "stride_x", "stride_o", "cols")):
-        out[f"cluster-b{block}-c{ctas}-w{warps}-div{len(div)}"] = spill_stores(
-            CL._cluster_kernel, dict(CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True,
-                                     ATOMIC=c.rchunk >= 32 * warps),
-            warps, {"x_ptr": "*i16"}, default_ptr="*i32", divisible=div)
+    for lce in (c.rchunk, c.radix_chunk(1)) if long else (c.rchunk,):
+        for div in (DIV,) if long else (("smem_off",), DIV):
+            out[f"cluster-b{block}-c{ctas}-long{long}-w{warps}-lce{lce}-{len(div)}"] = (
+                spill_stores(CL._cluster_kernel, dict(
+                    CTAS=ctas, BLOCK=block, CE=c.rchunk, KP=2048, PDL=True, LONG=long,
+                    ATOMIC=c.rchunk >= 32 * warps, NCH=c.rchunks, LCE=lce), warps,
+                    {"x_ptr": "*i16", "bar_ptr": "*i64"}, default_ptr="*i32", divisible=div))
 from dsv4_decode.ops.topk import _row as RW
 for k in (512, 2048):
     c = TopkConfig.pick(k)

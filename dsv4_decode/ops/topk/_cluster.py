@@ -35,8 +35,9 @@ import triton.language as tl
 
 from dsv4_decode.utils import cluster
 
-from ._radix import H1, H2, _chunk_keys, _largest_bin
-from ._words import _pdl_enter
+from . import _radix
+from ._radix import H1, H2, _chunk_keys, _largest_bin, _radix_row
+from ._words import _pdl_enter, _row_length
 
 MAX_CTAS = 16  # the largest cluster Hopper runs (a non-portable size)
 # CTAs in all (rows x C) up to which the clusters beat _radix, and up to which a CTA takes 8
@@ -46,6 +47,7 @@ MAX_CTAS = 16  # the largest cluster Hopper runs (a non-portable size)
 # 10.24 / 8.90 / 9.39, 24 rows 9.12 / 12.75 / 17.97 and 12.50 / 12.64 / 17.69.
 MAX_CTAS_GRID = 192
 WIDE_CTAS_GRID = 96
+LONG_CTAS_GRID = 192  # the LONG form: rows x MAX_CTAS up to this many CTAs (12 rows)
 W_H2, W_SUF = tl.constexpr(512), tl.constexpr(768)  # region words (module docstring)
 W_L1, W_L2 = tl.constexpr(1028), tl.constexpr(1540)
 # The histograms by shared-memory atomics (``ATOMIC``), which count every thread holding a
@@ -88,14 +90,38 @@ def _local_hist(bins, mask, smem_off, W: tl.constexpr, NB: tl.constexpr):
 
 
 @triton.jit
-def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off,
+def _cluster_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr,
+                    bar_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off,
                     CTAS: tl.constexpr, BLOCK: tl.constexpr, CE: tl.constexpr,
-                    KP: tl.constexpr, PDL: tl.constexpr, ATOMIC: tl.constexpr):
+                    KP: tl.constexpr, PDL: tl.constexpr, ATOMIC: tl.constexpr,
+                    LONG: tl.constexpr, NCH: tl.constexpr, LCE: tl.constexpr):
+    # LONG: x holds G clusters a row; a row longer than one cluster's chunks runs _radix's
+    # select on all of them (``_radix_row``: global histograms, a barrier across the row's
+    # programs, chunks of LCE), a shorter one runs on the first cluster alone
     if PDL:  # launched as a programmatic dependent: wait for the kernel before
         _pdl_enter()
     cluster.check_cluster(CTAS)
-    q = tl.program_id(0)  # the CTA's rank in its row's cluster, and its chunk
+    q = tl.program_id(0)
     row = tl.program_id(1)
+    if LONG:
+        _, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
+        if len_e > CTAS * CE:
+            _radix_row(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr,
+                       bar_ptr, out_ptr, stride_x, stride_o, cols, K, row, q,
+                       tl.num_programs(0), NCH, BLOCK, LCE, KP, 0, False)
+        elif q < CTAS:
+            _cluster_row(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off,
+                         row, q, CTAS, BLOCK, CE, KP, ATOMIC)
+    else:
+        _cluster_row(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off, row,
+                     q, CTAS, BLOCK, CE, KP, ATOMIC)
+
+
+@triton.jit
+def _cluster_row(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_off, row, q,
+                 CTAS: tl.constexpr, BLOCK: tl.constexpr, CE: tl.constexpr, KP: tl.constexpr,
+                 ATOMIC: tl.constexpr):
+    """The row's select on one cluster: q is the CTA's rank and its chunk."""
     w1 = tl.arange(0, H1)
     w2 = tl.arange(0, H2)
     own1 = w1 // (H1 // CTAS)  # the CTA holding each bin
@@ -154,19 +180,36 @@ def _cluster_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, sm
 
 
 def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
-    """Run the select: one launch, a cluster of ``cluster_ctas(rows, cols, block)`` CTAs a row
-    (sm_90+ only; that must not be 0). ``x16``: the bf16 logits viewed as int16 [rows, cols].
-    ``ws`` is not used (the histograms live in shared memory); ``pdl``: a programmatic
-    dependent launch."""
+    """Run the select in one launch on clusters: ``cluster_ctas(rows, cols, cfg)`` CTAs a row
+    where that is not 0; else (at most ``LONG_CTAS_GRID // MAX_CTAS`` rows, blocks of at most
+    16) G clusters of ``MAX_CTAS`` a row, as many as keep the whole grid resident at once (the
+    driver's occupancy for clusters), rows longer than one cluster's chunks on all of them
+    (``LONG``); else, or when not one such cluster a row fits, ``_radix.launch`` (sm_90+
+    only). ``x16``: the bf16 logits viewed as int16 [rows, cols]; ``pdl``: a programmatic
+    dependent launch (in the LONG form up to ``_radix.PDL_ROWS`` rows, as ``_radix``)."""
     rows, cols = x16.shape
     ctas = cluster_ctas(rows, cols, cfg)
-    if not ctas:
-        raise ValueError(f"{rows} rows of {cols} columns in blocks of {cfg.block}: too many "
-                         "for one cluster a row (cluster_ctas)")
+    long_rows = not ctas
+    if long_rows:
+        ctas = MAX_CTAS
+        if rows * ctas > LONG_CTAS_GRID or cfg.block > 16:  # (blocks of 32 spill registers)
+            _radix.launch(x16, lengths, out, ws, cfg, k, pdl=pdl)
+            return
+        pdl = pdl and rows <= _radix.PDL_ROWS
     warps = 8 if rows * ctas <= WIDE_CTAS_GRID else 4
+    lce = cfg.radix_chunk(rows)
     consts = dict(CTAS=ctas, BLOCK=cfg.block, CE=cfg.rchunk, KP=triton.next_power_of_2(k),
-                  PDL=pdl, ATOMIC=SMEM_HIST and cfg.rchunk >= 32 * warps, num_warps=warps,
+                  PDL=pdl, ATOMIC=SMEM_HIST and cfg.rchunk >= 32 * warps, LONG=long_rows,
+                  NCH=ws.cgt.shape[1], LCE=lce, num_warps=warps,
                   **({"launch_pdl": True} if pdl else {}))
-    cluster.launch(_cluster_kernel, (1, rows), (x16, lengths, out, x16.stride(0),
-                                                out.stride(0), cols, k),
-                   consts, ctas, REGION)
+    args = (x16, lengths, ws.hist1, ws.hist2, ws.meta, ws.csuf, ws.cgt, ws.bar, out,
+            x16.stride(0), out.stride(0), cols, k)
+    groups = 1
+    if long_rows:
+        _, clusters = cluster.prepare(_cluster_kernel, args, consts, ctas, REGION)
+        groups = min(-(-triton.cdiv(triton.cdiv(cols, cfg.block), lce) // ctas),
+                     clusters // rows)
+        if groups == 0:
+            _radix.launch(x16, lengths, out, ws, cfg, k, pdl=pdl)
+            return
+    cluster.launch(_cluster_kernel, (groups, rows), args, consts, ctas, REGION)

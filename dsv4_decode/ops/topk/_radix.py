@@ -174,13 +174,21 @@ def _radix_kernel(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, 
                   out_ptr, stride_x, stride_o, cols, K, NCH: tl.constexpr, BLOCK: tl.constexpr,
                   CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr, TWIN: tl.constexpr,
                   PDL: tl.constexpr):
-    # Program (row, q) of P = num_programs(1) owns chunks q, q + P, q + 2P, ... of the row: the
-    # first one's keys stay in registers through the phases, later ones are re-read (L2).
     if PDL:  # launched as a programmatic dependent: wait for the kernel before, then let the
         _pdl_enter()  # next launch (this grid's CTAs have all started: none is kept out)
-    row = tl.program_id(0)
-    q = tl.program_id(1)
-    P = tl.num_programs(1)
+    _radix_row(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr, bar_ptr,
+               out_ptr, stride_x, stride_o, cols, K, tl.program_id(0), tl.program_id(1),
+               tl.num_programs(1), NCH, BLOCK, CE, KP, PHASE, TWIN)
+
+
+@triton.jit
+def _radix_row(x_ptr, lengths_ptr, hist1_ptr, hist2_ptr, meta_ptr, csuf_ptr, cgt_ptr, bar_ptr,
+               out_ptr, stride_x, stride_o, cols, K, row, q, P, NCH: tl.constexpr,
+               BLOCK: tl.constexpr, CE: tl.constexpr, KP: tl.constexpr, PHASE: tl.constexpr,
+               TWIN: tl.constexpr):
+    """Program q of the P working on ``row`` (``_cluster`` runs it too, for its long rows).
+    It owns chunks q, q + P, q + 2P, ... of the row: the first one's keys stay in registers
+    through the phases, later ones are re-read (L2)."""
     _, len_e = _row_length(lengths_ptr, row, cols, BLOCK)
     n_act = (len_e + CE - 1) // CE
     m_row = meta_ptr + row * META

@@ -164,10 +164,9 @@ def _run(logits, lengths, k, block, out, workspace) -> torch.Tensor:
         workspace = make_topk_workspace(rows, k, logits.device, block)
     cfg = workspace.cfg
     if cfg.rchunk:
-        # a cluster a row on sm_90+ where that beats the grid-wide form (not under the
-        # interpreter, which has no inline PTX)
-        clustered = (clusters_capable(logits.device) and os.environ.get("TRITON_INTERPRET") != "1"
-                     and _cluster.cluster_ctas(*logits.shape, cfg) > 0)
+        # clusters on sm_90+ (``_cluster`` picks the form; not under the interpreter, which
+        # has no inline PTX)
+        clustered = clusters_capable(logits.device) and os.environ.get("TRITON_INTERPRET") != "1"
         kernels = _cluster if clustered else _radix
     else:
         kernels = _row if config.one_cta_per_row(*logits.shape, k) else _triton
