@@ -592,12 +592,13 @@ def test_gpu_graph_replay_bitwise(rows, cols, k):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows,cols", [(6, 1048576), (12, 65536)])
+@pytest.mark.parametrize("rows,cols", [(6, 1048576), (6, 524288), (12, 65536)])
 def test_gpu_blocks_graph_replay_bitwise(rows, cols):
     """Block mode captured once, replayed 500 times alternating two input sets: bitwise
-    identical answers. 6 x 1M: rows longer than a cluster's chunks on several clusters (the
-    global histograms re-zeroed by the kernel itself), shorter ones on one, a row switching
-    between the two; 12 x 64K: a cluster a row (``_cluster``)."""
+    identical answers. 6 x 1M: the grid-wide radix select (``_radix``: histograms re-zeroed
+    by the kernels themselves); 6 x 512K: the LONG cluster form (rows longer than a cluster's
+    chunks on several clusters, with the global histograms, shorter ones on one, a row
+    switching between the two); 12 x 64K: a cluster a row (``_cluster``)."""
     nb = 2048
     gen = torch.Generator().manual_seed(12)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
@@ -613,7 +614,7 @@ def test_gpu_blocks_graph_replay_bitwise(rows, cols):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["row", "unfolded", "empty", "fused", "folded", "blocks",
-                                  "blocks-cluster"])
+                                  "blocks-cluster", "blocks-long"])
 def test_gpu_pdl_inputs_written_in_graph(mode):
     """Every kernel is a programmatic dependent launch (sm_90+): here a kernel inside the
     graph writes the logits and lengths just before the call, so a kernel that read them
@@ -629,7 +630,8 @@ def test_gpu_pdl_inputs_written_in_graph(mode):
                             "unfolded": (2, 262144, 512, 1), "empty": (6, 65536, 512, 1),
                             "fused": (2, 262144, 512, 1), "folded": (8, 1048576, 512, 1),
                             "blocks": (6, 1048576, 2048, 8),
-                            "blocks-cluster": (6, 65536, 2048, 8)}[mode]
+                            "blocks-cluster": (6, 65536, 2048, 8),
+                            "blocks-long": (6, 524288, 2048, 8)}[mode]
     gen = torch.Generator().manual_seed(13)
     inputs = [(make_logits(kind, rows, cols, gen).cuda(),
                make_lengths(spec, rows, cols, k * block, gen).cuda())
@@ -736,14 +738,14 @@ def test_gpu_row_path_forced(kind, rows, cols, k, monkeypatch):
 
 def test_cluster_ctas_rule():
     """Block mode's cluster a row: the smallest power of two covering the widest row's chunks
-    (4,096 columns at blocks of 8), at most 16, and at most 192 CTAs in all; else 0 (the
-    grid-wide radix select)."""
+    (4,096 columns at blocks of 8), at most 16, and at most 384 CTAs in all; else 0 (the
+    LONG form or the grid-wide radix select)."""
     from dsv4_decode.ops.topk._cluster import cluster_ctas
 
     cfg = TopkConfig.pick(2048, 8)
     assert [cluster_ctas(1, c, cfg) for c in (8, 4096, 4097, 20000, 65536, 65537)] == [
         1, 1, 2, 8, 16, 0]
-    assert cluster_ctas(12, 65536, cfg) == 16 and cluster_ctas(13, 65536, cfg) == 0
+    assert cluster_ctas(24, 65536, cfg) == 16 and cluster_ctas(25, 65536, cfg) == 0
     assert cluster_ctas(24, 32768, cfg) == 8
     cfg64 = TopkConfig.pick(2048, 64)  # chunks of 64 blocks of 64: 4,096 columns
     assert cluster_ctas(1, 65536, cfg64) == 16 and cluster_ctas(1, 131072, cfg64) == 0
@@ -771,9 +773,12 @@ def test_gpu_blocks_cluster(rows, cols, block, kind, lens_spec):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows,cols", [(1, 524288), (6, 1048576), (12, 1048576), (64, 131072)])
+@pytest.mark.parametrize("rows,cols", [(1, 524288), (6, 524288), (12, 524288), (6, 1048576),
+                                       (12, 1048576), (64, 131072)])
 @pytest.mark.parametrize("lens_spec", ["eighth", "full", "edges"])
 def test_gpu_blocks(rows, cols, lens_spec):
+    """At production widths: 1-12 rows of 512K the LONG cluster form, 1M rows and 64 rows
+    the grid-wide radix select (``_cluster.launch``'s rule)."""
     gen = torch.Generator().manual_seed(cols)
     x = make_logits("special", rows, cols, gen).cuda()
     lens = make_lengths(lens_spec, rows, cols, 2048 * 8, gen).cuda()

@@ -40,14 +40,21 @@ from ._radix import H1, H2, _chunk_keys, _largest_bin, _radix_row
 from ._words import _pdl_enter, _row_length
 
 MAX_CTAS = 16  # the largest cluster Hopper runs (a non-portable size)
-# CTAs in all (rows x C) up to which the clusters beat _radix, and up to which a CTA takes 8
-# warps, not 4. Session 30, run 6 (``scripts/topk_cluster_ab.py``; µs, radix / 4 warps /
-# 8 warps): 64K columns, 1/8 and all valid: 1 row 7.60 / 7.30 / 7.11 and 7.75 / 7.24 / 6.83,
-# 6 rows 8.28 / 7.36 / 7.32 and 8.52 / 7.33 / 7.08, 12 rows 8.94 / 8.93 / 9.80 and
-# 10.24 / 8.90 / 9.39, 24 rows 9.12 / 12.75 / 17.97 and 12.50 / 12.64 / 17.69.
-MAX_CTAS_GRID = 192
+# CTAs in all (rows x C) up to which one cluster a row beats _radix, and up to which a CTA
+# takes 8 warps, not 4. Session 31 (``scripts/topk_cluster_ab.py``, runs 5-6, with the
+# atomics histograms; µs, radix / 4 warps / 8 warps): 64K columns, 1/8 and all valid: 12 rows
+# 8.2 / 6.6 / 7.4 and 10.1 / 6.4 / 6.9, 24 rows 8.9 / 9.0 / 13.5 and 12.4 / 8.9 / 13.2; 8
+# warps at 1 and 6 rows (run 5): 5.35 and 5.71 at 1/8, 5.4 and 5.6 all valid.
+MAX_CTAS_GRID = 384
 WIDE_CTAS_GRID = 96
-LONG_CTAS_GRID = 192  # the LONG form: rows x MAX_CTAS up to this many CTAs (12 rows)
+# The LONG form (rows of more than MAX_CTAS chunks), up to LONG_CHUNKS chunks (512K columns
+# at blocks of 8) and LONG_CTAS_GRID CTAs of its first clusters (12 rows), at 4 warps.
+# Session 31, run 7 (µs, radix / LONG at 4 warps / at 8): 512K 1/8 valid at 1 / 6 / 12 rows
+# 7.6 / 5.8 / 5.7, 9.4 / 6.1 / 6.0, 10.5 / 7.3 / 7.3; 6 x 512K all valid 18.6 / 18.0 / 26.6.
+# 1M rows lose at 1 and 12 rows (1/8 valid: 7.9 / 8.1, 12.3 / 12.6; all valid: 20.3 / 25.3,
+# 54.7 / 63.0; their 32 chunks at 1/8 are past one cluster's): _radix keeps them.
+LONG_CHUNKS = 128
+LONG_CTAS_GRID = 192
 W_H2, W_SUF = tl.constexpr(512), tl.constexpr(768)  # region words (module docstring)
 W_L1, W_L2 = tl.constexpr(1028), tl.constexpr(1540)
 # The histograms by shared-memory atomics (``ATOMIC``), which count every thread holding a
@@ -181,8 +188,8 @@ def _cluster_row(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_
 
 def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     """Run the select in one launch on clusters: ``cluster_ctas(rows, cols, cfg)`` CTAs a row
-    where that is not 0; else (at most ``LONG_CTAS_GRID // MAX_CTAS`` rows, blocks of at most
-    16) G clusters of ``MAX_CTAS`` a row, as many as keep the whole grid resident at once (the
+    where that is not 0; else (at most ``LONG_CTAS_GRID // MAX_CTAS`` rows of at most
+    ``LONG_CHUNKS`` chunks, blocks of at most 16) G clusters of ``MAX_CTAS`` a row, as many as keep the whole grid resident at once (the
     driver's occupancy for clusters), rows longer than one cluster's chunks on all of them
     (``LONG``); else, or when not one such cluster a row fits, ``_radix.launch`` (sm_90+
     only). ``x16``: the bf16 logits viewed as int16 [rows, cols]; ``pdl``: a programmatic
@@ -192,11 +199,13 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     long_rows = not ctas
     if long_rows:
         ctas = MAX_CTAS
-        if rows * ctas > LONG_CTAS_GRID or cfg.block > 16:  # (blocks of 32 spill registers)
+        chunks = -(-cols // (cfg.block * cfg.rchunk))
+        # (blocks of 32 spill registers in the LONG form)
+        if rows * ctas > LONG_CTAS_GRID or chunks > LONG_CHUNKS or cfg.block > 16:
             _radix.launch(x16, lengths, out, ws, cfg, k, pdl=pdl)
             return
         pdl = pdl and rows <= _radix.PDL_ROWS
-    warps = 8 if rows * ctas <= WIDE_CTAS_GRID else 4
+    warps = 8 if rows * ctas <= WIDE_CTAS_GRID and not long_rows else 4
     lce = cfg.radix_chunk(rows)
     consts = dict(CTAS=ctas, BLOCK=cfg.block, CE=cfg.rchunk, KP=triton.next_power_of_2(k),
                   PDL=pdl, ATOMIC=SMEM_HIST and cfg.rchunk >= 32 * warps, LONG=long_rows,
