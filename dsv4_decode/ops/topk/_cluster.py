@@ -1,5 +1,5 @@
-"""Block mode's radix select on a thread-block cluster a row (private; sm_90+). Design:
-docs/kernels/topk.md (session 30).
+"""Block mode's radix select on thread-block clusters (private; sm_90+). Design:
+docs/kernels/topk.md (sessions 30 and 31).
 
 The exact two-level radix select of ``_radix`` (histogram of ``key1 >> 8``, then of the low
 byte inside the threshold bin B, then the write), for rows of at most ``MAX_CTAS`` chunks of
@@ -9,6 +9,13 @@ meet in distributed shared memory and at cluster barriers where ``_radix`` meets
 global atomics and a software barrier across the grid (each about a kernel boundary,
 session 6). The chunk's loads do not wait for the length (``_chunk_keys``'s ``EAGER``);
 chunks past the length give no keys.
+
+The LONG form (``launch``) takes rows wider than one cluster's chunks: G clusters of
+``MAX_CTAS`` a row, G as many as the GPU holds at once (the driver's cluster occupancy). A
+row whose length fits one cluster's chunks (a 512K row at 1/8 valid) runs the select above on
+its first cluster while the others exit; a longer one runs ``_radix``'s select on all G
+clusters' CTAs (``_radix_row``: global histograms, a barrier across them). The length is read
+on the device, so one launch serves both.
 
 Shared region of each CTA (``cluster.launch``; words): ``[0, 512)`` the row's ``key1 >> 8``
 histogram and ``[512, 768)`` its low-byte histogram, each spread over the cluster (CTA r holds
@@ -189,11 +196,12 @@ def _cluster_row(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, smem_
 def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     """Run the select in one launch on clusters: ``cluster_ctas(rows, cols, cfg)`` CTAs a row
     where that is not 0; else (at most ``LONG_CTAS_GRID // MAX_CTAS`` rows of at most
-    ``LONG_CHUNKS`` chunks, blocks of at most 16) G clusters of ``MAX_CTAS`` a row, as many as keep the whole grid resident at once (the
-    driver's occupancy for clusters), rows longer than one cluster's chunks on all of them
-    (``LONG``); else, or when not one such cluster a row fits, ``_radix.launch`` (sm_90+
-    only). ``x16``: the bf16 logits viewed as int16 [rows, cols]; ``pdl``: a programmatic
-    dependent launch (in the LONG form up to ``_radix.PDL_ROWS`` rows, as ``_radix``)."""
+    ``LONG_CHUNKS`` chunks, blocks of at most 16) G clusters of ``MAX_CTAS`` a row, as many
+    as keep the whole grid resident at once (the driver's occupancy for clusters), rows
+    longer than one cluster's chunks on all of them (``LONG``); else, or when not one such
+    cluster a row fits, ``_radix.launch`` (sm_90+ only). ``x16``: the bf16 logits viewed as
+    int16 [rows, cols]; ``pdl``: a programmatic dependent launch (in the LONG form up to
+    ``_radix.PDL_ROWS`` rows, as ``_radix``)."""
     rows, cols = x16.shape
     ctas = cluster_ctas(rows, cols, cfg)
     long_rows = not ctas
