@@ -71,12 +71,16 @@ SMEM_HIST = True
 REGION = 4 * (1540 + 256)  # bytes, a multiple of 16
 
 
+def _chunks(cols: int, cfg) -> int:
+    """Chunks of ``cfg.rchunk`` blocks of ``cfg.block`` columns in a row of ``cols``."""
+    return -(-cols // (cfg.block * cfg.rchunk))
+
+
 def cluster_ctas(rows: int, cols: int, cfg) -> int:
     """CTAs a row's cluster for ``rows`` rows of ``cols`` columns (blocks of ``cfg.block``,
     chunks of ``cfg.rchunk`` blocks, as ``_radix``'s from 2 rows): a power of two covering the
     row's chunks; 0 when the rows are too wide or too many for clusters to beat ``_radix``."""
-    chunks = -(-cols // (cfg.block * cfg.rchunk))
-    c = 1 << max(0, (chunks - 1).bit_length())
+    c = 1 << max(0, (_chunks(cols, cfg) - 1).bit_length())
     return c if c <= MAX_CTAS and rows * c <= MAX_CTAS_GRID else 0
 
 
@@ -207,9 +211,8 @@ def launch(x16, lengths, out, ws, cfg, k: int, pdl: bool = True) -> None:
     long_rows = not ctas
     if long_rows:
         ctas = MAX_CTAS
-        chunks = -(-cols // (cfg.block * cfg.rchunk))
         # (blocks of 32 spill registers in the LONG form)
-        if rows * ctas > LONG_CTAS_GRID or chunks > LONG_CHUNKS or cfg.block > 16:
+        if rows * ctas > LONG_CTAS_GRID or _chunks(cols, cfg) > LONG_CHUNKS or cfg.block > 16:
             _radix.launch(x16, lengths, out, ws, cfg, k, pdl=pdl)
             return
         pdl = pdl and rows <= _radix.PDL_ROWS
