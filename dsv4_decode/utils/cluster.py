@@ -94,7 +94,7 @@ def prepare(fn, args: tuple, consts: dict, ctas: int, region: int) -> tuple[int,
         kern.packed_metadata = (nw, ctas, off + region)
         if off + region > SMEM_OPT_IN:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             err = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
-                ctypes.c_void_p(kern.function), ctypes.c_int(8), ctypes.c_int(off + region))
+                ctypes.c_void_p(kern.function), 8, off + region)
             if err:
                 raise RuntimeError(f"cuFuncSetAttribute failed with CUresult {err}")
         got = _PATCHED[key] = (off, _max_active_clusters(kern, ctas, off + region))
