@@ -31,8 +31,7 @@ import triton.language as tl
 
 # (kernel, device, ctas, region, constexprs, specialization) -> (smem_off, clusters at once)
 _PATCHED: dict = {}
-SMEM_OPT_IN = 48 * 1024  # dynamic shared memory a launch gets without an opt-in attribute
-SMEM_LIMIT = 227 * 1024  # the most a CTA may opt in to (sm_90)
+SMEM_LIMIT = 48 * 1024  # dynamic shared memory a launch gets without an opt-in attribute
 
 
 def _spec(a):
@@ -92,11 +91,6 @@ def prepare(fn, args: tuple, consts: dict, ctas: int, region: int) -> tuple[int,
             raise RuntimeError(f"{fn.__name__}: {off} bytes of Triton shared memory + {region} "
                                f"of its own exceed {SMEM_LIMIT}")
         kern.packed_metadata = (nw, ctas, off + region)
-        if off + region > SMEM_OPT_IN:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            err = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
-                ctypes.c_void_p(kern.function), 8, off + region)
-            if err:
-                raise RuntimeError(f"cuFuncSetAttribute failed with CUresult {err}")
         got = _PATCHED[key] = (off, _max_active_clusters(kern, ctas, off + region))
     return got
 
@@ -185,22 +179,3 @@ def wait():
     visible after it."""
     tl.inline_asm_elementwise("{ barrier.cluster.wait.acquire.aligned; mov.u32 $0, 0; }",
                               "=r", [], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def copy_async(addr, src, mask):
-    """Start copying the u32 at global ``src`` into this CTA's shared ``addr`` where ``mask``,
-    else write 0 there (elementwise ``cp.async``, 4 bytes: no register holds the data); the
-    copies land after ``copy_wait``."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .u32 n; shl.b32 n, $3, 2; "
-        "cp.async.ca.shared.global [$1], [$2], 4, n; mov.u32 $0, 0; }",
-        "=r,r,l,r", [addr, src, (mask != 0).to(tl.int32)], dtype=tl.int32, is_pure=False,
-        pack=1)
-
-
-@triton.jit
-def copy_wait():
-    """Wait for this thread's ``copy_async`` copies (a CTA barrier after it shares them)."""
-    tl.inline_asm_elementwise("{ cp.async.wait_all; mov.u32 $0, 0; }", "=r", [],
-                              dtype=tl.int32, is_pure=False, pack=1)
