@@ -6,7 +6,9 @@ grid-barrier form (``_radix``), same inputs, one process (one GPU).
 
 ``cluster`` runs ``_cluster.launch`` (the cluster size and warps its rules pick; ``-nopdl``: a
 plain launch, ``-w4`` / ``-w8``: 4 / 8 warps whatever the grid, ``-any``: also grids past the
-rule's CTA limit (``MAX_CTAS_GRID``); ``cluster-tlhist``: a copy
+rule's CTA limit (``MAX_CTAS_GRID``); ``cluster-ce2``: a copy that takes 1M rows into the LONG
+form too, each CTA of a row's first cluster two chunks there, so a 1/8-valid 1M row fits one
+cluster; ``cluster-tlhist``: a copy
 whose histograms are ``tl.histogram``'s, as before session 31); ``radix`` is ``_radix.launch``
 (``radix-oldbin``: with session 29's ``_largest_bin``). Top 2,048 blocks of 8, as ``bench topk
 --blocks``. Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls,
@@ -52,6 +54,11 @@ def runner(name):
         return load_source(src[:a] + OLD_BIN + "\n\n" + src[b:], "topk_radix_oldbin",
                            "dsv4_decode.ops.topk").launch
     mod = _cluster
+    if name.startswith("cluster-ce2"):  # the LONG form for 1M rows, two chunks a CTA there
+        src = patch(open(_cluster.__file__).read(), [
+            ("LONG_CHUNKS = 128", "LONG_CHUNKS = 256"),
+            ("CE=cfg.rchunk,", "CE=cfg.rchunk * (2 if long_rows and cols > 524288 else 1),")])
+        mod = load_source(src, "topk_cluster_ce2", "dsv4_decode.ops.topk")
     if name.startswith("cluster-tlhist"):  # the histograms by tl.histogram (before session 31)
         src = patch(open(_cluster.__file__).read(),
                     [("SMEM_HIST = True", "SMEM_HIST = False")])
