@@ -35,9 +35,6 @@ def runner(name, rows, k):
         return lambda x, lens, out: decode_topk(x, lens, k, out=out, workspace=ws)
     warps = int(name.split("-w")[1])
     mod = _cplain
-    if "noatom" in name:  # the rounds' shared-memory atomics cut (wrong output)
-        src = patch(open(_cplain.__file__).read(), [(" red.shared.add.u32 [%a], 1;", "")])
-        mod = load_source(src, "topk_cplain_noatom", "dsv4_decode.ops.topk")
     if "nobody" in name:  # the PTX branches' bodies cut (wrong output: their cost alone)
         src = open(_cplain.__file__).read()
         for a in ("ROUND", "COUNT", "STORE"):
@@ -75,9 +72,7 @@ def phases(rows, cols, valid, k) -> None:
          "    lsel, greater = _largest_bin(g, 0, K, NB)\n"
          "    two = tl.arange(0, 2)\n"
          "    tl.store(dbg_ptr + (row * 16 + q) * 8 + 128 * tl.num_programs(1) + two,"
-         " tl.where(two == 0, t0, tl.sum(g, axis=0)))\n"
-         "    tl.store(dbg_ptr + (row * 16 + q) * 8 + 128 * tl.num_programs(1) + 2,"
-         " tl.sum((_candidates(u, col, length, t0) != 0).to(tl.int32), axis=0))\n"),
+         " tl.where(two == 0, t0, tl.sum(g, axis=0)))\n"),
         ("(x16, lengths, out, x16.stride(0),", "(x16, lengths, out, DBG, x16.stride(0),")])
     mod = load_source(src, "topk_cplain_phases", "dsv4_decode.ops.topk")
     xs, lens, _ = TB._inputs(rows, cols, valid)
@@ -89,11 +84,9 @@ def phases(rows, cols, valid, k) -> None:
     dbg = mod.DBG.view(2, rows, 16, 8)
     d = (dbg[0, 0] - dbg[0, 0, :, :1]).cpu()  # [16, 8] cycles from each CTA's start
     t0, n = dbg[1, 0, 0, :2].tolist()  # row 0's T0 and its keys >= T0
-    words = dbg[1, 0, :, 2].sum().item()  # row 0's words holding one
     med, worst = d.median(dim=0).values.tolist(), d.max(dim=0).values.tolist()
     txt = "  ".join(f"{n} {m}/{w}" for n, m, w in zip(STEPS, med[1:], worst[1:], strict=True))
-    print(f"{rows}x{cols}x{valid} T0 {t0} keys >= T0 {n} in {words} words; cycles "
-          f"median/max: {txt}",
+    print(f"{rows}x{cols}x{valid} T0 {t0} keys >= T0 {n}; cycles median/max: {txt}",
           flush=True)
 
 
