@@ -65,36 +65,31 @@ def _half(h: int, body: str) -> str:
             f"skip{h}_${{:uid}}: ")
 
 
-# The candidate halves of a word (``_candidates``, branch-free so that the compiler overlaps the
-# words): $1 the word, $2 both halves' threshold bits (``_below``), $3 its low half's column,
-# $4 the length; $0 = 0xFFFF in each half whose key reaches the threshold, inside the length.
-PRE = tl.constexpr(
-    "{ .reg .pred %p; .reg .b32 %t, %a; set.gtu.u32.bf16x2 $0, $1, $2; sub.s32 %t, $4, $3; "
-    "setp.gt.s32 %p, %t, 1; selp.b32 %a, -1, 65535, %p; setp.gt.s32 %p, %t, 0; "
-    "selp.b32 %a, %a, 0, %p; and.b32 $0, $0, %a; }")
-# The branches: $1 the word, $2 its candidate halves; only a word with one enters.
-_HEAD = ("{ .reg .pred %p; .reg .b32 %c, %x, %k, %t, %a, %b; .reg .b64 %o; mov.b32 %c, $2; "
-         "mov.b32 $0, 0; setp.eq.u32 %p, %c, 0; @%p bra done_${:uid}; ")
+_HEAD = ("{ .reg .pred %p; .reg .b32 %c, %x, %k, %t, %a, %b; .reg .b64 %o; "
+         "set.gtu.u32.bf16x2 %c, $1, $2; sub.s32 %t, $4, $3; setp.gt.s32 %p, %t, 1; "
+         "selp.b32 %a, -1, 65535, %p; setp.gt.s32 %p, %t, 0; selp.b32 %a, %a, 0, %p; "
+         "and.b32 %c, %c, %a; mov.b32 $0, 0; "
+         "setp.eq.u32 %p, %c, 0; @%p bra done_${:uid}; ")
 _TAIL = "done_${:uid}: }"
-# $3 base, $4 hi, $5 sub, $6 shift, $7 the histogram's shared address: count the key's bin
-_COUNT = ("setp.lt.u32 %p, %k, $3; @%p bra skip{h}_${{:uid}}; setp.gt.u32 %p, %k, $4; "
-          "@%p bra skip{h}_${{:uid}}; sub.u32 %t, %k, $5; shr.u32 %t, %t, $6; "
-          "min.u32 %t, %t, 255; mad.lo.u32 %a, %t, 4, $7; red.shared.add.u32 [%a], 1; ")
+# $5 base, $6 hi, $7 sub, $8 shift, $9 the histogram's shared address: count the key's bin
+_COUNT = ("setp.lt.u32 %p, %k, $5; @%p bra skip{h}_${{:uid}}; setp.gt.u32 %p, %k, $6; "
+          "@%p bra skip{h}_${{:uid}}; sub.u32 %t, %k, $7; shr.u32 %t, %t, $8; "
+          "min.u32 %t, %t, 255; mad.lo.u32 %a, %t, 4, $9; red.shared.add.u32 [%a], 1; ")
 ROUND = tl.constexpr(_HEAD + "".join(_half(h, _COUNT.format(h=h)) for h in (0, 1)) + _TAIL)
-# $3 tau: $0 = the word's (key > tau) | (key == tau) << 16
-_GT_EQ = ("setp.gt.u32 %p, %k, $3; @%p add.u32 $0, $0, 1; setp.eq.u32 %p, %k, $3; "
+# $5 tau: $0 = the word's (key > tau) | (key == tau) << 16
+_GT_EQ = ("setp.gt.u32 %p, %k, $5; @%p add.u32 $0, $0, 1; setp.eq.u32 %p, %k, $5; "
           "@%p add.u32 $0, $0, 65536; ")
 COUNT = tl.constexpr(_HEAD + "".join(_half(h, _GT_EQ) for h in (0, 1)) + _TAIL)
-# $3 tau, $4 the packed count before the word, $5 quota, $6 offset, $7 the low half's column,
-# $8 the output row: store each kept column at offset + gt before + min(ties before, quota)
-_STORE = ("setp.lt.u32 %p, %k, $3; @%p bra skip{h}_${{:uid}}; shr.u32 %t, %b, 16; "
-          "setp.gt.u32 %p, %k, $3; @%p bra keep{h}_${{:uid}}; setp.ge.u32 %p, %t, $5; "
+# $5 tau, $6 the packed count before the word, $7 quota, $8 offset, $9 the output row: store
+# each kept column ($3 + h) at offset + gt before + min(ties before, quota)
+_STORE = ("setp.lt.u32 %p, %k, $5; @%p bra skip{h}_${{:uid}}; shr.u32 %t, %b, 16; "
+          "setp.gt.u32 %p, %k, $5; @%p bra keep{h}_${{:uid}}; setp.ge.u32 %p, %t, $7; "
           "add.u32 %b, %b, 65536; @%p bra skip{h}_${{:uid}}; sub.u32 %b, %b, 65536; "
-          "keep{h}_${{:uid}}: min.u32 %t, %t, $5; and.b32 %a, %b, 65535; add.u32 %a, %a, %t; "
-          "add.u32 %a, %a, $6; add.u32 %t, $7, {h}; "
-          "mul.wide.u32 %o, %a, 4; add.u64 %o, %o, $8; st.global.b32 [%o], %t; "
-          "setp.gt.u32 %p, %k, $3; selp.b32 %t, 1, 65536, %p; add.u32 %b, %b, %t; ")
-STORE = tl.constexpr(_HEAD + "mov.b32 %b, $4; "
+          "keep{h}_${{:uid}}: min.u32 %t, %t, $7; and.b32 %a, %b, 65535; add.u32 %a, %a, %t; "
+          "add.u32 %a, %a, $8; add.u32 %t, $3, {h}; "
+          "mul.wide.u32 %o, %a, 4; add.u64 %o, %o, $9; st.global.b32 [%o], %t; "
+          "setp.gt.u32 %p, %k, $5; selp.b32 %t, 1, 65536, %p; add.u32 %b, %b, %t; ")
+STORE = tl.constexpr(_HEAD + "mov.b32 %b, $6; "
                      + "".join(_half(h, _STORE.format(h=h)) for h in (0, 1)) + _TAIL)
 
 
@@ -119,23 +114,14 @@ def _below(key):
 
 
 @triton.jit
-def _candidates(u, col, length, key):
-    """Each word's halves (``col``: its low half's column) inside the length whose key is >=
-    ``key``: 0xFFFF in those halves."""
-    return tl.inline_asm_elementwise(PRE, "=r,r,r,r,r", [u, u * 0 + _below(key), col,
-                                                        u * 0 + length],
-                                     dtype=tl.int32, is_pure=True, pack=1)
-
-
-@triton.jit
 def _round(u, col, length, base, hi, sub, shift: tl.constexpr, smem_off, W: tl.constexpr):
     """Count the keys in [base, hi] of every word (``col``: its low half's column; halves at or
     past ``length`` are not keys) into this CTA's histogram ``W``, bin ``min((key - sub) >>
     shift, 255)``: only the words with a key >= base take the branch."""
     z = u * 0
     tl.inline_asm_elementwise(
-        ROUND, "=r,r,r,r,r,r,r,r",
-        [u, _candidates(u, col, length, base), z + base, z + hi, z + sub, z + shift,
+        ROUND, "=r,r,r,r,r,r,r,r,r,r",
+        [u, z + _below(base), col, z + length, z + base, z + hi, z + sub, z + shift,
          z + cluster.smem_addr(smem_off + 4 * W)], dtype=tl.int32, is_pure=False, pack=1)
 
 
@@ -262,9 +248,9 @@ def _write(u, col, length, tau, quota, offset, o_row, S: tl.constexpr, T: tl.con
     column order (words: slice-major, then thread, then the thread's 4): each word's count
     ``gt | ties << 16`` (a CTA holds at most ``MAX_CE`` columns: no field carries), scanned."""
     z = u * 0
-    cand = _candidates(u, col, length, tau)
-    c = tl.inline_asm_elementwise(COUNT, "=r,r,r,r", [u, cand, z + tau], dtype=tl.int32,
-                                  is_pure=True, pack=1)
+    vv = z + _below(tau)
+    c = tl.inline_asm_elementwise(COUNT, "=r,r,r,r,r,r", [u, vv, col, z + length, z + tau],
+                                  dtype=tl.int32, is_pure=True, pack=1)
     c3 = tl.reshape(c, [S, T, 4])
     in_t = tl.cumsum(c3, axis=2) - c3
     r = tl.sum(c3, axis=2)
@@ -273,8 +259,8 @@ def _write(u, col, length, tau, quota, offset, o_row, S: tl.constexpr, T: tl.con
     s_before = tl.cumsum(rs, axis=0) - rs
     bw = tl.reshape(in_t + in_s[:, :, None] + s_before[:, None, None], [S * T * 4])
     tl.inline_asm_elementwise(
-        STORE, "=r,r,r,r,r,r,r,r,l",
-        [u, cand, z + tau, bw, z + quota, z + offset, col,
+        STORE, "=r,r,r,r,r,r,r,r,r,l",
+        [u, vv, col, z + length, z + tau, bw, z + quota, z + offset,
          z.to(tl.int64) + o_row.to(tl.int64, bitcast=True)], dtype=tl.int32, is_pure=False,
         pack=1)
 
