@@ -10,11 +10,6 @@
 then the variants are timed one after another, the list twice (CUDA graph of 20 calls, median
 of 20 replays). Prints one line a cell: the grid's clusters at once (the driver's occupancy)
 beside each cplain variant.
-
-``--phases``: instead, for each cell, the SM cycles from a CTA's start to each step of
-``_cplain`` at 8 warps (a patched copy with ``module_copy.STAMPS``; a CTA barrier before each
-stamp): the group keys, T0's two rounds, tau's round, the gather, the write, the end; the
-median over row 0's CTAs and the slowest.
 """
 
 import sys
@@ -24,7 +19,6 @@ import torch
 from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _cplain, decode_topk, decode_topk_ref, make_topk_workspace
-from dsv4_decode.utils.module_copy import STAMPS, load_source, patch
 
 CELLS = [(r, c, v) for c in (262144, 524288) for v in ("1/8", "all") for r in (6, 12, 24, 48, 64)]
 
@@ -34,60 +28,7 @@ def runner(name, rows, k):
         ws = make_topk_workspace(rows, k, "cuda")
         return lambda x, lens, out: decode_topk(x, lens, k, out=out, workspace=ws)
     warps = int(name.split("-w")[1])
-    mod = _cplain
-    if "nobody" in name:  # the PTX branches' bodies cut (wrong output: their cost alone)
-        src = open(_cplain.__file__).read()
-        for a in ("ROUND", "COUNT", "STORE"):
-            i = src.index(f"{a} = tl.constexpr(_HEAD")
-            j = src.index("_TAIL)", i)
-            src = src[:i] + f"{a} = tl.constexpr(_HEAD + " + src[j:]
-        mod = load_source(src, "topk_cplain_nobody", "dsv4_decode.ops.topk")
-    return lambda x, lens, out: mod.launch(x.view(torch.int16), lens, out, k, warps=warps)
-
-
-STEPS = ["keys", "B0", "T0", "tau", "gather", "write", "end"]
-
-
-def phases(rows, cols, valid, k) -> None:
-    """Cycles from a CTA's start to each step (``--phases``)."""
-    stamp = lambda i: f"    _clk(dbg_ptr + (row * 16 + q) * 8, {i})\n"
-    src = open(_cplain.__file__).read()
-    n = src.count("    _sync()\n    b0, above")  # the three main rounds' barriers, in order
-    assert n == 1
-    src = patch(src, [
-        ("@triton.jit\ndef _below", STAMPS + "@triton.jit\ndef _below"),
-        ("out_ptr, stride_x, stride_o, cols, K, smem_off,",
-         "out_ptr, dbg_ptr, stride_x, stride_o, cols, K, smem_off,"),
-        ("    row = tl.program_id(1)\n", "    row = tl.program_id(1)\n" + stamp(0)),
-        ("    tl.debug_barrier()  # the local zeros\n",
-         stamp(1) + "    tl.debug_barrier()  # the local zeros\n"),
-        ("    _sync()\n    b0, above", "    _sync()\n" + stamp(2) + "    b0, above"),
-        ("    _sync()\n    t0 = ", "    _sync()\n" + stamp(3) + "    t0 = "),
-        ("    _sync()\n    g = _gather", "    _sync()\n" + stamp(4) + "    g = _gather"),
-        ("    cluster.arrive()  # no CTA", stamp(5) + "    cluster.arrive()  # no CTA"),
-        ("    if q == 0:\n        n_eq", stamp(6) + "    if q == 0:\n        n_eq"),
-        ("    cluster.wait()\n\n\n@triton.jit\ndef _write",
-         "    cluster.wait()\n" + stamp(7) + "\n\n@triton.jit\ndef _write"),
-        ("    lsel, greater = _largest_bin(g, 0, K, NB)\n",
-         "    lsel, greater = _largest_bin(g, 0, K, NB)\n"
-         "    two = tl.arange(0, 2)\n"
-         "    tl.store(dbg_ptr + (row * 16 + q) * 8 + 128 * tl.num_programs(1) + two,"
-         " tl.where(two == 0, t0, tl.sum(g, axis=0)))\n"),
-        ("(x16, lengths, out, x16.stride(0),", "(x16, lengths, out, DBG, x16.stride(0),")])
-    mod = load_source(src, "topk_cplain_phases", "dsv4_decode.ops.topk")
-    xs, lens, _ = TB._inputs(rows, cols, valid)
-    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
-    mod.DBG = torch.zeros(2 * rows * 16 * 8, dtype=torch.int64, device="cuda")
-    for i in range(5):  # the last call (data out of L2) is read
-        mod.launch(xs[i % len(xs)].view(torch.int16), lens, out, k, warps=8)
-    torch.cuda.synchronize()
-    dbg = mod.DBG.view(2, rows, 16, 8)
-    d = (dbg[0, 0] - dbg[0, 0, :, :1]).cpu()  # [16, 8] cycles from each CTA's start
-    t0, n = dbg[1, 0, 0, :2].tolist()  # row 0's T0 and its keys >= T0
-    med, worst = d.median(dim=0).values.tolist(), d.max(dim=0).values.tolist()
-    txt = "  ".join(f"{n} {m}/{w}" for n, m, w in zip(STEPS, med[1:], worst[1:], strict=True))
-    print(f"{rows}x{cols}x{valid} T0 {t0} keys >= T0 {n}; cycles median/max: {txt}",
-          flush=True)
+    return lambda x, lens, out: _cplain.launch(x.view(torch.int16), lens, out, k, warps=warps)
 
 
 def cell(variants, rows, cols, valid, k) -> None:
@@ -125,14 +66,11 @@ def main(argv) -> None:
             variants = next(it).split(",")
         elif a == "--k":
             k = int(next(it))
-        elif a != "--phases":
+        else:
             r, c, v = a.split("x")
             cells.append((int(r), int(c), v))
     for rows, cols, valid in cells or CELLS:
-        if "--phases" in argv:
-            phases(rows, cols, valid, k)
-        else:
-            cell(variants, rows, cols, valid, k)
+        cell(variants, rows, cols, valid, k)
 
 
 if __name__ == "__main__":
