@@ -13,8 +13,8 @@ distributed shared memory and at cluster barriers (``utils.cluster``). Keys are 
    groups reach T0, so at least K elements do: the K-th largest element is >= T0.
 2. The list: each word is compared with T0 as two bf16 at once (``set.gtu.bf16x2``, as the
    collect's ``_row_candidates``) and the words holding a key >= T0 are appended to the CTA's
-   list in shared memory (a warp ballot and one shared atomic a warp, all predicated: no
-   branch). Random rows list about 1 word in 230. From here the rounds read the list, not the
+   list in shared memory (a shared atomic a listed word, predicated: no branch). Random rows
+   list about 1 word in 230. From here the rounds read the list, not the
    tile (``_each``); a CTA whose list overflows ``CAP`` re-reads its tile from global memory
    instead (heavy ties, constant rows: slower, exact).
 3. tau: ``min(key - T0, 255)`` of the listed keys into a 256-bin histogram summed over the
@@ -64,19 +64,15 @@ PRE = tl.constexpr(
     "{ .reg .pred %p; .reg .b32 %t, %a; set.gtu.u32.bf16x2 $0, $1, $2; sub.s32 %t, $4, $3; "
     "setp.gt.s32 %p, %t, 1; selp.b32 %a, -1, 65535, %p; setp.gt.s32 %p, %t, 0; "
     "selp.b32 %a, %a, 0, %p; and.b32 $0, $0, %a; }")
-# Append the word $2 (column $3) where its candidate halves $1 are not 0: a warp ballot, one
-# shared atomic a warp on the count at $4 (every word counts, the list keeps the first $5),
-# entries of two words from $6. Predicated only (no branch over a body: a skipped body in this
-# unrolled code costs an instruction-fetch stall, session 32).
+# Append the word $2 (column $3) where its candidate halves $1 are not 0: a slot from the count
+# at $4 (every such word counts, the list keeps the first $5), entries of two words from $6.
+# Predicated only: a branch over a body in this unrolled code costs an instruction-fetch
+# stall each time it is skipped (session 32). The list's order does not matter: every use of
+# it is a sum or a bitwise OR.
 APPEND = tl.constexpr(
-    "{ .reg .pred %p, %l; .reg .b32 %m, %r, %n, %b, %a; setp.ne.u32 %p, $1, 0; "
-    "vote.sync.ballot.b32 %m, %p, -1; mov.u32 %r, %lanemask_lt; and.b32 %r, %r, %m; "
-    "popc.b32 %r, %r; popc.b32 %n, %m; mov.b32 %b, 0; setp.eq.u32 %l, %r, 0; "
-    "and.pred %l, %l, %p; @%l atom.shared.add.u32 %b, [$4], %n; neg.s32 %a, %m; "
-    "and.b32 %a, %a, %m; bfind.u32 %a, %a; and.b32 %a, %a, 31; "
-    "shfl.sync.idx.b32 %b, %b, %a, 31, -1; add.u32 %a, %b, %r; setp.lt.u32 %l, %a, $5; "
-    "and.pred %p, %p, %l; mad.lo.u32 %a, %a, 8, $6; @%p st.shared.v2.b32 [%a], {$2, $3}; "
-    "mov.b32 $0, 0; }")
+    "{ .reg .pred %p; .reg .b32 %a; setp.ne.u32 %p, $1, 0; mov.b32 %a, 0; "
+    "@%p atom.shared.add.u32 %a, [$4], 1; setp.lt.and.u32 %p, %a, $5, %p; "
+    "mad.lo.u32 %a, %a, 8, $6; @%p st.shared.v2.b32 [%a], {$2, $3}; mov.b32 $0, 0; }")
 
 
 def tile(cols: int, warps: int) -> tuple[int, int]:
