@@ -151,7 +151,7 @@ def _work(lo, hi, c0, op, base, hi_key, sub, shift, tau, quota, offset, o_ptr, s
             c = c0 + h
             gt = (k > tau) & (k > 0)
             eq = (k == tau) & (k > 0)
-            wd = c >> 5
+            wd = (c >> 5) & (NBM - 1)  # (unlisted slots hold stale columns: keep in range)
             if OP == 1:
                 _or_bit(_addr(smem_off, W + wd), c & 31, gt)
                 _or_bit(_addr(smem_off, W + NBM + wd), c & 31, eq)
