@@ -12,9 +12,9 @@ distributed shared memory and at cluster barriers (``utils.cluster``). Keys are 
    high byte summed over the cluster, then of the low byte inside the bin found). At least K
    groups reach T0, so at least K elements do: the K-th largest element is >= T0.
 2. The list: each word is compared with T0 as two bf16 at once (``set.gtu.bf16x2``, as the
-   collect's ``_row_candidates``) and the words holding a key >= T0 are appended to the CTA's
-   list in shared memory (a shared atomic a listed word, predicated: no branch). Random rows
-   list about 1 word in 230. From here the rounds read the list, not the
+   collect's ``_row_candidates``) and the words holding a key >= T0 are stored in the CTA's
+   list in shared memory, at slots from one scan of the threads' counts (predicated stores:
+   no branch). Random rows list about 1 word in 230. From here the rounds read the list, not the
    tile (``_each``); a CTA whose list overflows ``CAP`` re-reads its tile from global memory
    instead (heavy ties, constant rows: slower, exact).
 3. tau: ``min(key - T0, 255)`` of the listed keys into a 256-bin histogram summed over the
@@ -29,7 +29,7 @@ distributed shared memory and at cluster barriers (``utils.cluster``). Keys are 
 Shared region (words, ``region(ce)`` bytes): five cluster histograms of 256 bins at ``C1 ..
 CB`` (CTA r owns the r-th slice of each, as ``_cluster``), five of this CTA's own at ``L1 ..
 LB`` (shared-memory atomics), its suffix counts at ``SUF`` (word 256: its count above the last
-round's range), the list's length at ``CNT``, then the list (``CAP`` entries: a word and its low
+round's range), then the list (``CAP`` entries: a word and its low
 half's column), the two bitmaps and their prefix counts (``CE / 32`` words each). Barriers:
 after the zeroing, after each round's adds, and after the last remote read (its wait before
 the CTA exits). No global scratch, integer adds: every call and graph replay writes bitwise
@@ -51,7 +51,6 @@ NB = tl.constexpr(256)
 C1, C2, C3, CA, CB = (tl.constexpr(256 * i) for i in range(5))  # cluster histograms
 L1, L2, L3, LA, LB = (tl.constexpr(256 * i + 1280) for i in range(5))  # this CTA's own
 SUF = tl.constexpr(2560)
-CNT = tl.constexpr(2817)
 LIST = tl.constexpr(2820)
 CAP = tl.constexpr(2048)  # listed words at most (random 256K rows: about 35 a CTA)
 CTAS = tl.constexpr(16)  # a row's cluster (the largest Hopper runs)
@@ -64,15 +63,14 @@ PRE = tl.constexpr(
     "{ .reg .pred %p; .reg .b32 %t, %a; set.gtu.u32.bf16x2 $0, $1, $2; sub.s32 %t, $4, $3; "
     "setp.gt.s32 %p, %t, 1; selp.b32 %a, -1, 65535, %p; setp.gt.s32 %p, %t, 0; "
     "selp.b32 %a, %a, 0, %p; and.b32 $0, $0, %a; }")
-# Append the word $2 (column $3) where its candidate halves $1 are not 0: a slot from the count
-# at $4 (every such word counts, the list keeps the first $5), entries of two words from $6.
-# Predicated only: a branch over a body in this unrolled code costs an instruction-fetch
-# stall each time it is skipped (session 32). The list's order does not matter: every use of
-# it is a sum or a bitwise OR.
+# Store the word $2 (column $3) as list entry $4 where its candidate halves $1 are not 0 and
+# the slot is below $5; entries of two words from $6. Predicated, no branch: a branch skipped
+# in this unrolled code costs more than the whole word's work (session 32: a shared atomic a
+# word, which the compiler aggregates a warp at a time behind a branch, cost ~190 cycles a word).
 APPEND = tl.constexpr(
-    "{ .reg .pred %p; .reg .b32 %a; setp.ne.u32 %p, $1, 0; mov.b32 %a, 0; "
-    "@%p atom.shared.add.u32 %a, [$4], 1; setp.lt.and.u32 %p, %a, $5, %p; "
-    "mad.lo.u32 %a, %a, 8, $6; @%p st.shared.v2.b32 [%a], {$2, $3}; mov.b32 $0, 0; }")
+    "{ .reg .pred %p, %q; .reg .b32 %a; setp.ne.u32 %p, $1, 0; setp.lt.u32 %q, $4, $5; "
+    "and.pred %p, %p, %q; mad.lo.u32 %a, $4, 8, $6; @%p st.shared.v2.b32 [%a], {$2, $3}; "
+    "mov.b32 $0, 0; }")
 
 
 def tile(cols: int, warps: int) -> tuple[int, int]:
@@ -246,7 +244,6 @@ def _cplain_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, sme
     zeros = tl.zeros([NB], tl.int32)
     for i in tl.static_range(0, 10):  # the histograms
         cluster.st_local(_addr(smem_off, 256 * i + b), zeros)
-    cluster.st_local(_addr(smem_off, CNT + 0 * b), zeros)  # the list's count
     for i in tl.static_range(0, 2 * NBM, NB):  # the bitmaps
         cluster.st_local(_addr(smem_off, W_BM + i + b), zeros)
     cluster.arrive()  # after the zeroing
@@ -269,12 +266,19 @@ def _cplain_kernel(x_ptr, lengths_ptr, out_ptr, stride_x, stride_o, cols, K, sme
     z = u * 0
     cand = tl.inline_asm_elementwise(PRE, "=r,r,r,r,r", [u, z + _below(t0), 2 * w, z + length],
                                      dtype=tl.int32, is_pure=True, pack=1)
+    # each listed word's slot: the thread's listed words before it, after those of the
+    # threads before (one scan across the CTA; the tile's words in any order will do)
+    f3 = tl.reshape((cand != 0).to(tl.int32), [S, T, 4])
+    rs = tl.sum(f3, axis=2)
+    tot = tl.sum(rs, axis=0)
+    before_t = tl.cumsum(tot, axis=0) - tot
+    n_list = tl.sum(tot, axis=0)
+    at = tl.reshape(tl.cumsum(f3, axis=2) - f3 + (tl.cumsum(rs, axis=0) - rs)[:, :, None]
+                      + before_t[None, :, None], [NW])
     tl.inline_asm_elementwise(
-        APPEND, "=r,r,r,r,r,r,r", [cand, u, 2 * w, z + _addr(smem_off, CNT), z + CAP,
-                                   z + _addr(smem_off, LIST)],
+        APPEND, "=r,r,r,r,r,r,r", [cand, u, 2 * w, at, z + CAP, z + _addr(smem_off, LIST)],
         dtype=tl.int32, is_pure=False, pack=1)
     tl.debug_barrier()
-    n_list = tl.max(cluster.ld_local(_addr(smem_off, CNT + 0 * b)), axis=0)
     o_row = out_ptr + row.to(tl.int64) * stride_o
     # 3. tau: min(key - T0, 255) of the keys >= T0
     _each(x_row, q, length, cols, n_list, t0, 65535, t0, 0, 0, 0, 0, o_row, smem_off, L3, 0,
