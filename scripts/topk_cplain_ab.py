@@ -34,7 +34,13 @@ def runner(name, rows, k):
         ws = make_topk_workspace(rows, k, "cuda")
         return lambda x, lens, out: decode_topk(x, lens, k, out=out, workspace=ws)
     warps = int(name.split("-w")[1])
-    return lambda x, lens, out: _cplain.launch(x.view(torch.int16), lens, out, k, warps=warps)
+    mod = _cplain
+    if "-r" in name:  # cplain-rN-wM: registers capped at N (two CTAs a SM at 8 warps, N = 128)
+        cap = int(name.split("-r")[1].split("-")[0])
+        src = patch(open(_cplain.__file__).read(),
+                    [("num_warps=warps,", f"num_warps=warps, maxnreg={cap},")])
+        mod = load_source(src, f"topk_cplain_r{cap}", "dsv4_decode.ops.topk")
+    return lambda x, lens, out: mod.launch(x.view(torch.int16), lens, out, k, warps=warps)
 
 
 STEPS = ["keys", "B0", "T0", "tau", "gather", "write", "end"]
