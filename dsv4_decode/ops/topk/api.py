@@ -229,9 +229,12 @@ def decode_topk_blocks(logits: torch.Tensor, lengths: torch.Tensor, n_blocks: in
     device, block)``. Same graph safety and errors. An exact radix select on the block keys
     (a histogram of the high byte, one of the low byte inside the threshold bin, then the
     write) in one launch:
-    - on sm_90+, rows of at most 16 chunks (64K columns at blocks of 8) and at most 192 CTAs
+    - on sm_90+, rows of at most 16 chunks (64K columns at blocks of 8) and at most 384 CTAs
       in all: a thread-block cluster a row (``_cluster``), meeting in distributed shared
       memory and at cluster barriers; the workspace is not touched;
+    - on sm_90+, 1-12 rows of at most 128 chunks (512K columns at blocks of 8, blocks of at
+      most 16): several clusters a row (``_cluster``'s LONG form), a row whose length fits 16
+      chunks on its first cluster alone, a longer one on all of them as below;
     - otherwise (``_radix``) the row's programs meet at software barriers through global
       memory, the grid sized so it fits on the GPU at once (a kernel beside it on another
       stream can delay it, not block it, unless that kernel waits for this one); three
