@@ -1,0 +1,173 @@
+"""Probe (session 33): plain mode's threshold from a sample of the row, three launches, against
+the tree's four, same inputs, one process (one GPU).
+
+    PYTHONPATH=. python3 scripts/topk_sample_probe.py [ROWSxCOLSxVALID ...] [--c 2.5]
+    TRITON_INTERPRET=1 PYTHONPATH=. python3 scripts/topk_sample_probe.py --cpu
+
+The idea (guess, then verify): the four launches read the row twice in effect (the group
+maxima, then the collect's listed segments or, on small grids, the whole chunk again from L2),
+and T0 waits for a full pass. Here T0 comes from a sample instead:
+
+1. ``_sample_kernel`` grid (rows,): NP pieces of PIECE contiguous elements spread evenly over
+   the row's length (at most 1/16 of a 256K row's bytes), their key1. T0 = the k_s-th
+   largest sampled key, k_s = ceil(C * sampled / length), so that about C elements of the
+   row are >= T0 (C = ``--c`` x k). Found as: T_p = the k_s-th largest piece maximum (a
+   lower bound: k_s pieces reach it, each through one element at least), then the largest t
+   in [T_p, T_p + 255] with k_s sampled keys >= t (an 8-step search; a lower t only admits
+   more candidates). ``--no-refine`` keeps T_p.
+2. the tree's ``_collect_kernel`` on the small-grid form (a chunk a program, the whole chunk
+   from HBM: the only full read), which loads its chunk before its dependent-launch wait,
+   i.e. while the sample kernel runs;
+3. the tree's ``_select_kernel``.
+
+Not exact as it stands: a row with fewer than k candidates (the estimate too high) would need
+the select's fallback, which this probe does not add; it reports the candidate counts (min /
+mean / max over the rows of the last call) and whether the output equals the tree's.
+"""
+
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from dsv4_decode.ops.topk import _triton, make_topk_workspace
+from dsv4_decode.ops.topk._kth import _kth_largest
+from dsv4_decode.ops.topk._words import _element_keys, _pdl_enter, _row_length
+from dsv4_decode.ops.topk.config import COLLECT_MAXNREG, NSEG, WARPS, row_ptx
+from dsv4_decode.utils.device import pdl_capable
+
+NP = 1024
+PIECE = 16
+
+CELLS = [(12, 262144, "all"), (24, 262144, "all"), (48, 262144, "all"), (64, 262144, "all"),
+         (12, 262144, "1/8"), (24, 262144, "1/8"), (6, 262144, "all"), (1, 262144, "all"),
+         (6, 524288, "all"), (1, 65536, "all"), (12, 65536, "all")]
+
+
+@triton.jit
+def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
+                   NP: tl.constexpr, PIECE: tl.constexpr, REFINE: tl.constexpr,
+                   PDL: tl.constexpr):
+    row = tl.program_id(0)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
+    if PDL:
+        _pdl_enter()
+    x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
+    st = tl.maximum(len_e // NP // PIECE * PIECE, PIECE)
+    e = (tl.arange(0, NP) * st)[:, None] + tl.arange(0, PIECE)[None, :]
+    key = _element_keys(x_row, e, len_e)
+    m = tl.sum(tl.sum((key > 0).to(tl.int32), axis=1), axis=0)
+    k_s = tl.maximum((C * m + len_e - 1) // tl.maximum(len_e, 1), 1)
+    pmax = tl.max(key, axis=1)
+    n_p = tl.sum((pmax > 0).to(tl.int32), axis=0)
+    t = _kth_largest(pmax, pmax > 0, n_p, tl.minimum(k_s, n_p), True)
+    if REFINE:
+        for b in tl.static_range(7, -1, -1):
+            cand = t + (1 << b)
+            c = tl.sum(tl.sum((key >= cand).to(tl.int32), axis=1), axis=0)
+            t = tl.where(c >= k_s, cand, t)
+    t = tl.where(len_e <= C, 1, t)  # short rows: every element a candidate
+    tl.store(thr_ptr + row, tl.maximum(t, 1))
+    tl.store(cnt_ptr + row, 0)
+
+
+def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=True):
+    rows, cols = x16.shape
+    n_chunks = triton.cdiv(cols, cfg.chunk)
+    pdl = pdl and pdl_capable(x16.device)
+    dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
+    _sample_kernel[(rows,)](x16, lengths, ws.thr, ws.cnt, x16.stride(0), cols,
+                            int(c_mult * k), NP=NP, PIECE=PIECE, REFINE=refine,
+                            num_warps=8, **dep)
+    regions = dict(stride_r=ws.rcnt.stride(0), n_reg=1, NR=1)
+    _triton._collect_kernel[(rows, n_chunks)](
+        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
+        stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
+        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=False,
+        P=n_chunks, RS=2048, ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
+        num_warps=WARPS["collect"], maxnreg=COLLECT_MAXNREG, CHUNK=cfg.chunk, **regions,
+        **dep)
+    _triton._select_kernel[(rows,)](
+        x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
+        stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
+        stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k,
+        NCH=triton.next_power_of_2(n_chunks), NSEG=NSEG, LIST=False, P=n_chunks,
+        SMALL=cfg.small, MID=min(2 * cfg.small, cfg.cap), CAP=cfg.cap, SCAN=2048,
+        num_warps=WARPS["select"], CHUNK=cfg.chunk, **regions, **dep)
+
+
+def cpu_check() -> None:
+    from dsv4_decode.ops.topk.ref import decode_topk_ref
+    g = torch.Generator().manual_seed(0)
+    k = 64
+    for rows, cols, lens in [(3, 40960, (40960, 20000, 9000)), (2, 65536, (65536, 5000))]:
+        x = torch.randn(rows, cols, generator=g).to(torch.bfloat16)
+        ln = torch.tensor(lens, dtype=torch.int32)
+        ws = make_topk_workspace(rows, k, "cpu")
+        out = torch.empty(rows, k, dtype=torch.int32)
+        launch_sampled(x.view(torch.int16), ln, out, ws, ws.cfg, k)
+        ref = decode_topk_ref(x, ln, k)
+        print(rows, cols, lens, "candidates", ws.cnt[:rows].tolist(),
+              "equal" if torch.equal(out, ref) else "DIFFERENT")
+
+
+def cell(rows, cols, valid, k, c_mult, refine) -> None:
+    from dsv4_decode.bench import topk as TB
+    from dsv4_decode.bench.timing import graph_time_us
+    xs, lens, _ = TB._inputs(rows, cols, valid)
+    ws = make_topk_workspace(rows, k, "cuda")
+    ws2 = make_topk_workspace(rows, k, "cuda")
+    outs = [torch.empty(rows, k, dtype=torch.int32, device="cuda") for _ in range(2)]
+
+    def run(v, x):
+        if v == 0:
+            _triton.launch(x.view(torch.int16), lens, outs[0], ws, ws.cfg, k)
+        else:
+            launch_sampled(x.view(torch.int16), lens, outs[1], ws2, ws2.cfg, k, c_mult, refine)
+
+    def make_fn(v):
+        i = [0]
+
+        def fn():
+            run(v, xs[i[0] % len(xs)])
+            i[0] += 1
+        return fn
+
+    same = True
+    for x in xs[:4]:
+        run(0, x)
+        run(1, x)
+        same &= torch.equal(outs[0], outs[1])
+    n = ws2.cnt[:rows].float()
+    t = [graph_time_us(make_fn(v), calls=20) for v in (0, 1, 0, 1)]
+    print(f"{rows}x{cols}x{valid} k{k} c{c_mult} refine{int(refine)}: tree {t[0]:7.2f} / "
+          f"{t[2]:7.2f}  sampled {t[1]:7.2f} / {t[3]:7.2f}  diff "
+          f"{(t[1] + t[3] - t[0] - t[2]) / 2:+6.2f} us  candidates {n.min():.0f} / "
+          f"{n.mean():.0f} / {n.max():.0f}  {'same' if same else 'DIFFERENT'}", flush=True)
+
+
+def main(argv) -> None:
+    if "--cpu" in argv:
+        assert os.environ.get("TRITON_INTERPRET") == "1"
+        cpu_check()
+        return
+    k, c_mult, refine = 512, 2.5, "--no-refine" not in argv
+    argv = [a for a in argv if a != "--no-refine"]
+    for flag in ("--k", "--c"):
+        if flag in argv:
+            i = argv.index(flag)
+            if flag == "--k":
+                k = int(argv[i + 1])
+            else:
+                c_mult = float(argv[i + 1])
+            argv = argv[:i] + argv[i + 2:]
+    cells = [(int(r), int(c), v) for r, c, v in (a.split("x") for a in argv)] or CELLS
+    print(torch.cuda.get_device_name())
+    for rows, cols, valid in cells:
+        cell(rows, cols, valid, k, c_mult, refine)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
