@@ -34,7 +34,13 @@ import triton.language as tl
 
 from dsv4_decode.ops.topk import _triton, make_topk_workspace
 from dsv4_decode.ops.topk._kth import _kth_largest
-from dsv4_decode.ops.topk._words import _element_keys, _pdl_enter, _row_length
+from dsv4_decode.ops.topk._words import (
+    _mask_words,
+    _pdl_enter,
+    _row_length,
+    _wmax,
+    _word_key1,
+)
 from dsv4_decode.ops.topk.config import COLLECT_MAXNREG, NSEG, WARPS, row_ptx
 from dsv4_decode.utils.device import pdl_capable
 
@@ -47,27 +53,46 @@ CELLS = [(12, 262144, "all"), (24, 262144, "all"), (48, 262144, "all"), (64, 262
 
 
 @triton.jit
+def _count_ge(u, t, PTX: tl.constexpr):
+    """#{halves of the words ``u`` [N, 8] whose key1 >= t}: one packed compare a word
+    (``_row_candidates``) on sm_90, elementwise under the interpreter."""
+    if PTX:
+        bits = _triton._row_candidates(tl.reshape(u, [u.shape[0] * 2, 4]), t)
+        n = tl.inline_asm_elementwise("popc.b32 $0, $1;", "=r,r", [bits], dtype=tl.int32,
+                                      is_pure=True, pack=1)
+        c = tl.sum(n, axis=0)
+    else:
+        lo = _triton._at_least_t0(u & 0xFFFF, u == u, t)
+        hi = _triton._at_least_t0((u >> 16) & 0xFFFF, u == u, t)
+        c = tl.sum(tl.sum(lo.to(tl.int32) + hi.to(tl.int32), axis=1), axis=0)
+    return c
+
+
+@triton.jit
 def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
                    NP: tl.constexpr, PIECE: tl.constexpr, REFINE: tl.constexpr,
-                   PDL: tl.constexpr):
+                   PTX: tl.constexpr, PDL: tl.constexpr):
+    # pieces as words of two bf16: packed maxima and packed compares, no key transform but on
+    # the NP piece maxima
     row = tl.program_id(0)
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     if PDL:
         _pdl_enter()
-    x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
+    x32 = (x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)).to(tl.pointer_type(tl.int32))
     st = tl.maximum(len_e // NP // PIECE * PIECE, PIECE)
-    e = (tl.arange(0, NP) * st)[:, None] + tl.arange(0, PIECE)[None, :]
-    key = _element_keys(x_row, e, len_e)
-    m = tl.sum(tl.sum((key > 0).to(tl.int32), axis=1), axis=0)
+    w = (tl.arange(0, NP) * (st // 2))[:, None] + tl.arange(0, PIECE // 2)[None, :]
+    u = _mask_words(w, tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0), len_e)
+    m = tl.minimum(NP * PIECE, (len_e + st - 1) // st * PIECE)  # sampled (to 16 elements)
     k_s = tl.maximum((C * m + len_e - 1) // tl.maximum(len_e, 1), 1)
-    pmax = tl.max(key, axis=1)
-    n_p = tl.sum((pmax > 0).to(tl.int32), axis=0)
-    t = _kth_largest(pmax, pmax > 0, n_p, tl.minimum(k_s, n_p), True)
-    if REFINE:
-        for b in tl.static_range(7, -1, -1):
-            cand = t + (1 << b)
-            c = tl.sum(tl.sum((key >= cand).to(tl.int32), axis=1), axis=0)
-            t = tl.where(c >= k_s, cand, t)
+    pk = _word_key1(_wmax(u, 1, not PTX), not PTX)
+    pk = tl.where(tl.arange(0, NP) * st < len_e, pk, 0)
+    n_p = tl.sum((pk > 0).to(tl.int32), axis=0)
+    t = _kth_largest(pk, pk > 0, n_p, tl.minimum(k_s, n_p), True)
+    if REFINE:  # only where the piece maxima's bound admits more than twice the target
+        if _count_ge(u, t, PTX) > 2 * k_s:
+            for b in tl.static_range(7, -1, -1):
+                cand = t + (1 << b)
+                t = tl.where(_count_ge(u, cand, PTX) >= k_s, cand, t)
     t = tl.where(len_e <= C, 1, t)  # short rows: every element a candidate
     tl.store(thr_ptr + row, tl.maximum(t, 1))
     tl.store(cnt_ptr + row, 0)
@@ -80,6 +105,7 @@ def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=T
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     _sample_kernel[(rows,)](x16, lengths, ws.thr, ws.cnt, x16.stride(0), cols,
                             int(c_mult * k), NP=NP, PIECE=PIECE, REFINE=refine,
+                            PTX=pdl_capable(x16.device),
                             num_warps=8, **dep)
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=1, NR=1)
     _triton._collect_kernel[(rows, n_chunks)](
@@ -104,6 +130,7 @@ def cpu_check() -> None:
     k = 64
     for rows, cols, lens in [(3, 40960, (40960, 20000, 9000)), (2, 65536, (65536, 5000))]:
         x = torch.randn(rows, cols, generator=g).to(torch.bfloat16)
+        x[0] = torch.linspace(-3, 3, cols).to(torch.bfloat16)  # rising: the refine's case
         ln = torch.tensor(lens, dtype=torch.int32)
         ws = make_topk_workspace(rows, k, "cpu")
         out = torch.empty(rows, k, dtype=torch.int32)
@@ -142,10 +169,17 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
         same &= torch.equal(outs[0], outs[1])
     n = ws2.cnt[:rows].float()
     t = [graph_time_us(make_fn(v), calls=20) for v in (0, 1, 0, 1)]
+
+    def sample_only():
+        _sample_kernel[(rows,)](xs[0].view(torch.int16), lens, ws2.thr, ws2.cnt, cols, cols,
+                                int(c_mult * k), NP=NP, PIECE=PIECE, REFINE=refine, PTX=True,
+                                PDL=True, num_warps=8, launch_pdl=True)
+    ts = graph_time_us(sample_only, calls=20)
     print(f"{rows}x{cols}x{valid} k{k} c{c_mult} refine{int(refine)}: tree {t[0]:7.2f} / "
           f"{t[2]:7.2f}  sampled {t[1]:7.2f} / {t[3]:7.2f}  diff "
-          f"{(t[1] + t[3] - t[0] - t[2]) / 2:+6.2f} us  candidates {n.min():.0f} / "
-          f"{n.mean():.0f} / {n.max():.0f}  {'same' if same else 'DIFFERENT'}", flush=True)
+          f"{(t[1] + t[3] - t[0] - t[2]) / 2:+6.2f} us  sample alone {ts:5.2f}  "
+          f"candidates {n.min():.0f} / {n.mean():.0f} / {n.max():.0f}  "
+          f"{'same' if same else 'DIFFERENT'}", flush=True)
 
 
 def main(argv) -> None:
