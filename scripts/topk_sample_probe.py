@@ -175,7 +175,7 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
                                 int(c_mult * k), NP=NP, PIECE=PIECE, REFINE=refine, PTX=True,
                                 PDL=True, num_warps=8, launch_pdl=True)
     ts = graph_time_us(sample_only, calls=20)
-    print(f"{rows}x{cols}x{valid} k{k} c{c_mult} refine{int(refine)}: tree {t[0]:7.2f} / "
+    print(f"{rows}x{cols}x{valid} k{k} c{c_mult} np{NP} refine{int(refine)}: tree {t[0]:7.2f} / "
           f"{t[2]:7.2f}  sampled {t[1]:7.2f} / {t[3]:7.2f}  diff "
           f"{(t[1] + t[3] - t[0] - t[2]) / 2:+6.2f} us  sample alone {ts:5.2f}  "
           f"candidates {n.min():.0f} / {n.mean():.0f} / {n.max():.0f}  "
@@ -187,7 +187,12 @@ def main(argv) -> None:
         assert os.environ.get("TRITON_INTERPRET") == "1"
         cpu_check()
         return
+    global NP
     k, c_mult, refine = 512, 2.5, "--no-refine" not in argv
+    if "--np" in argv:
+        i = argv.index("--np")
+        NP = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     argv = [a for a in argv if a != "--no-refine"]
     for flag in ("--k", "--c"):
         if flag in argv:
