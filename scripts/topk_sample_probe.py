@@ -31,6 +31,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from dsv4_decode.ops.topk import _triton, make_topk_workspace
 from dsv4_decode.ops.topk._kth import _kth_largest
@@ -45,6 +46,7 @@ from dsv4_decode.ops.topk.config import COLLECT_MAXNREG, NSEG, WARPS, row_ptx
 from dsv4_decode.utils.device import pdl_capable
 
 NP = 1024
+RC = 1
 PIECE = 16
 
 CELLS = [(12, 262144, "all"), (24, 262144, "all"), (48, 262144, "all"), (64, 262144, "all"),
@@ -98,7 +100,54 @@ def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
     tl.store(cnt_ptr + row, 0)
 
 
-def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=True):
+@triton.jit
+def _collect_multi_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, stride_x,
+                          stride_b, stride_cc, cols, CHUNK: tl.constexpr, CAP: tl.constexpr,
+                          R: tl.constexpr, ROW_PTX: tl.constexpr, PDL: tl.constexpr):
+    # the tree's small-grid collect (``_collect_kernel``, LIST == 0) on R chunks a program:
+    # all R loads issued before the wait (R x 4 KB in flight a CTA), then a span a chunk
+    if PDL:
+        gdc_launch_dependents()
+    row = tl.program_id(0)
+    p = tl.program_id(1)
+    _, len_e = _row_length(lengths_ptr, row, cols, 1)
+    x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
+    cb_ptr = cbuf_ptr + row.to(tl.int64) * stride_b
+    cc_row = cc_ptr + row.to(tl.int64) * stride_cc
+    e0 = p * (R * CHUNK) + tl.arange(0, CHUNK // 8) * 8
+    e = e0[:, None] + tl.arange(0, 8)[None, :]
+    u0 = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
+    if R > 1:
+        u1 = tl.load(x_row + e + CHUNK, mask=((e + CHUNK) // 8) * 8 < len_e, other=0)
+    if R > 2:
+        u2 = tl.load(x_row + e + 2 * CHUNK, mask=((e + 2 * CHUNK) // 8) * 8 < len_e, other=0)
+        u3 = tl.load(x_row + e + 3 * CHUNK, mask=((e + 3 * CHUNK) // 8) * 8 < len_e, other=0)
+    if (p * (R * CHUNK) < len_e) | (p == 0):
+        if PDL:
+            gdc_wait()
+        t0 = tl.load(thr_ptr + row)
+        _triton._collect_span(u0, e0, tl.minimum(tl.maximum(len_e - e0, 0), 8), p * R, t0,
+                              cnt_ptr + row, cb_ptr, cc_row, CAP, ROW_PTX)
+        if R > 1:
+            if (p * R + 1) * CHUNK < len_e:
+                _triton._collect_span(u1, e0 + CHUNK,
+                                      tl.minimum(tl.maximum(len_e - e0 - CHUNK, 0), 8),
+                                      p * R + 1, t0, cnt_ptr + row, cb_ptr, cc_row, CAP,
+                                      ROW_PTX)
+        if R > 2:
+            if (p * R + 2) * CHUNK < len_e:
+                _triton._collect_span(u2, e0 + 2 * CHUNK,
+                                      tl.minimum(tl.maximum(len_e - e0 - 2 * CHUNK, 0), 8),
+                                      p * R + 2, t0, cnt_ptr + row, cb_ptr, cc_row, CAP,
+                                      ROW_PTX)
+            if (p * R + 3) * CHUNK < len_e:
+                _triton._collect_span(u3, e0 + 3 * CHUNK,
+                                      tl.minimum(tl.maximum(len_e - e0 - 3 * CHUNK, 0), 8),
+                                      p * R + 3, t0, cnt_ptr + row, cb_ptr, cc_row, CAP,
+                                      ROW_PTX)
+
+
+def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=True, rc=1):
     rows, cols = x16.shape
     n_chunks = triton.cdiv(cols, cfg.chunk)
     pdl = pdl and pdl_capable(x16.device)
@@ -108,13 +157,20 @@ def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=T
                             PTX=pdl_capable(x16.device),
                             num_warps=8, **dep)
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=1, NR=1)
-    _triton._collect_kernel[(rows, n_chunks)](
-        x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
-        stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
-        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=False,
-        P=n_chunks, RS=2048, ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
-        num_warps=WARPS["collect"], maxnreg=COLLECT_MAXNREG, CHUNK=cfg.chunk, **regions,
-        **dep)
+    if rc == 1:
+        _triton._collect_kernel[(rows, n_chunks)](
+            x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
+            stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
+            stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=False,
+            P=n_chunks, RS=2048, ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
+            num_warps=WARPS["collect"], maxnreg=COLLECT_MAXNREG, CHUNK=cfg.chunk, **regions,
+            **dep)
+    else:
+        _collect_multi_kernel[(rows, triton.cdiv(n_chunks, rc))](
+            x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, x16.stride(0), ws.cbuf.stride(0),
+            ws.cc.stride(0), cols, CHUNK=cfg.chunk, CAP=cfg.cap, R=rc,
+            ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
+            num_warps=WARPS["collect"], maxnreg=COLLECT_MAXNREG, **dep)
     _triton._select_kernel[(rows,)](
         x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
@@ -134,7 +190,7 @@ def cpu_check() -> None:
         ln = torch.tensor(lens, dtype=torch.int32)
         ws = make_topk_workspace(rows, k, "cpu")
         out = torch.empty(rows, k, dtype=torch.int32)
-        launch_sampled(x.view(torch.int16), ln, out, ws, ws.cfg, k)
+        launch_sampled(x.view(torch.int16), ln, out, ws, ws.cfg, k, rc=RC)
         ref = decode_topk_ref(x, ln, k)
         print(rows, cols, lens, "candidates", ws.cnt[:rows].tolist(),
               "equal" if torch.equal(out, ref) else "DIFFERENT")
@@ -152,7 +208,8 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
         if v == 0:
             _triton.launch(x.view(torch.int16), lens, outs[0], ws, ws.cfg, k)
         else:
-            launch_sampled(x.view(torch.int16), lens, outs[1], ws2, ws2.cfg, k, c_mult, refine)
+            launch_sampled(x.view(torch.int16), lens, outs[1], ws2, ws2.cfg, k, c_mult, refine,
+                           rc=RC)
 
     def make_fn(v):
         i = [0]
@@ -175,20 +232,25 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
                                 int(c_mult * k), NP=NP, PIECE=PIECE, REFINE=refine, PTX=True,
                                 PDL=True, num_warps=8, launch_pdl=True)
     ts = graph_time_us(sample_only, calls=20)
-    print(f"{rows}x{cols}x{valid} k{k} c{c_mult} np{NP} refine{int(refine)}: tree {t[0]:7.2f} / "
-          f"{t[2]:7.2f}  sampled {t[1]:7.2f} / {t[3]:7.2f}  diff "
+    print(f"{rows}x{cols}x{valid} k{k} c{c_mult} np{NP} rc{RC} refine{int(refine)}: "
+          f"tree {t[0]:7.2f} / {t[2]:7.2f}  sampled {t[1]:7.2f} / {t[3]:7.2f}  diff "
           f"{(t[1] + t[3] - t[0] - t[2]) / 2:+6.2f} us  sample alone {ts:5.2f}  "
           f"candidates {n.min():.0f} / {n.mean():.0f} / {n.max():.0f}  "
           f"{'same' if same else 'DIFFERENT'}", flush=True)
 
 
 def main(argv) -> None:
+    global NP, RC
     if "--cpu" in argv:
+        RC = int(argv[argv.index("--rc") + 1]) if "--rc" in argv else 1
         assert os.environ.get("TRITON_INTERPRET") == "1"
         cpu_check()
         return
-    global NP
     k, c_mult, refine = 512, 2.5, "--no-refine" not in argv
+    if "--rc" in argv:
+        i = argv.index("--rc")
+        RC = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     if "--np" in argv:
         i = argv.index("--np")
         NP = int(argv[i + 1])
