@@ -20,6 +20,9 @@ and T0 waits for a full pass. Here T0 comes from a sample instead:
    i.e. while the sample kernel runs;
 3. the tree's ``_select_kernel``.
 
+``--rc R`` (R > 1): step 2 by ``_collect_stream_kernel`` instead: R chunks a program, strided
+over the row, loaded as one tile before the wait, one atomic a program (2R warps).
+
 Not exact as it stands: a row with fewer than k candidates (the estimate too high) would need
 the select's fallback, which this probe does not add; it reports the candidate counts (min /
 mean / max over the rows of the last call) and whether the output equals the tree's.
@@ -81,10 +84,10 @@ def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
     if PDL:
         _pdl_enter()
     x32 = (x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)).to(tl.pointer_type(tl.int32))
-    st = tl.maximum(len_e // NP // PIECE * PIECE, PIECE)
+    st = tl.maximum((len_e + NP * PIECE - 1) // (NP * PIECE) * PIECE, PIECE)  # covers the row
     w = (tl.arange(0, NP) * (st // 2))[:, None] + tl.arange(0, PIECE // 2)[None, :]
     u = _mask_words(w, tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0), len_e)
-    m = tl.minimum(NP * PIECE, (len_e + st - 1) // st * PIECE)  # sampled (to 16 elements)
+    m = tl.sum(tl.minimum(tl.maximum(len_e - tl.arange(0, NP) * st, 0), PIECE), axis=0)
     k_s = tl.maximum((C * m + len_e - 1) // tl.maximum(len_e, 1), 1)
     pk = _word_key1(_wmax(u, 1, not PTX), not PTX)
     pk = tl.where(tl.arange(0, NP) * st < len_e, pk, 0)
@@ -101,11 +104,15 @@ def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
 
 
 @triton.jit
-def _collect_multi_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, stride_x,
-                          stride_b, stride_cc, cols, CHUNK: tl.constexpr, CAP: tl.constexpr,
-                          R: tl.constexpr, ROW_PTX: tl.constexpr, PDL: tl.constexpr):
-    # the tree's small-grid collect (``_collect_kernel``, LIST == 0) on R chunks a program:
-    # all R loads issued before the wait (R x 4 KB in flight a CTA), then a span a chunk
+def _collect_stream_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, stride_x,
+                           stride_b, stride_cc, cols, NPR, CHUNK: tl.constexpr,
+                           CAP: tl.constexpr, R: tl.constexpr, ROW_PTX: tl.constexpr,
+                           PDL: tl.constexpr):
+    # The small-grid collect on R chunks a program, strided (program p of the row's NPR takes
+    # chunks p, p + NPR, ...: a short row's chunks spread over its first programs), as ONE
+    # [R * CHUNK / 8, 8] tile loaded before the wait, and ONE atomic a program for the R
+    # spans' candidates (a span is still a chunk: its count and base go to cc as the select
+    # reads them).
     if PDL:
         gdc_launch_dependents()
     row = tl.program_id(0)
@@ -114,37 +121,47 @@ def _collect_multi_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr
     x_row = x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)
     cb_ptr = cbuf_ptr + row.to(tl.int64) * stride_b
     cc_row = cc_ptr + row.to(tl.int64) * stride_cc
-    e0 = p * (R * CHUNK) + tl.arange(0, CHUNK // 8) * 8
+    RW: tl.constexpr = CHUNK // 8  # rows of 8 elements a chunk
+    r = tl.arange(0, R * RW)
+    q = p + (r // RW) * NPR  # each row's chunk (span)
+    e0 = q * CHUNK + (r % RW) * 8
     e = e0[:, None] + tl.arange(0, 8)[None, :]
-    u0 = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
-    if R > 1:
-        u1 = tl.load(x_row + e + CHUNK, mask=((e + CHUNK) // 8) * 8 < len_e, other=0)
-    if R > 2:
-        u2 = tl.load(x_row + e + 2 * CHUNK, mask=((e + 2 * CHUNK) // 8) * 8 < len_e, other=0)
-        u3 = tl.load(x_row + e + 3 * CHUNK, mask=((e + 3 * CHUNK) // 8) * 8 < len_e, other=0)
-    if (p * (R * CHUNK) < len_e) | (p == 0):
+    n_in = tl.minimum(tl.maximum(len_e - e0, 0), 8)
+    u = tl.load(x_row + e, mask=(e // 8) * 8 < len_e, other=0)
+    if (p * CHUNK < len_e) | (p == 0):
         if PDL:
             gdc_wait()
         t0 = tl.load(thr_ptr + row)
-        _triton._collect_span(u0, e0, tl.minimum(tl.maximum(len_e - e0, 0), 8), p * R, t0,
-                              cnt_ptr + row, cb_ptr, cc_row, CAP, ROW_PTX)
-        if R > 1:
-            if (p * R + 1) * CHUNK < len_e:
-                _triton._collect_span(u1, e0 + CHUNK,
-                                      tl.minimum(tl.maximum(len_e - e0 - CHUNK, 0), 8),
-                                      p * R + 1, t0, cnt_ptr + row, cb_ptr, cc_row, CAP,
-                                      ROW_PTX)
-        if R > 2:
-            if (p * R + 2) * CHUNK < len_e:
-                _triton._collect_span(u2, e0 + 2 * CHUNK,
-                                      tl.minimum(tl.maximum(len_e - e0 - 2 * CHUNK, 0), 8),
-                                      p * R + 2, t0, cnt_ptr + row, cb_ptr, cc_row, CAP,
-                                      ROW_PTX)
-            if (p * R + 3) * CHUNK < len_e:
-                _triton._collect_span(u3, e0 + 3 * CHUNK,
-                                      tl.minimum(tl.maximum(len_e - e0 - 3 * CHUNK, 0), 8),
-                                      p * R + 3, t0, cnt_ptr + row, cb_ptr, cc_row, CAP,
-                                      ROW_PTX)
+        j = tl.arange(0, 8)[None, :]
+        if ROW_PTX:
+            lo16, hi16 = tl.split(tl.reshape(u, [R * RW, 4, 2]))
+            w = (hi16.to(tl.int32) << 16) | (lo16.to(tl.int32) & 0xFFFF)
+            bits = _triton._row_candidates(w, t0) & ((1 << n_in) - 1)
+            n_a = tl.inline_asm_elementwise("popc.b32 $0, $1;", "=r,r", [bits],
+                                            dtype=tl.int32, is_pure=True, pack=1)
+        else:
+            cand = _triton._at_least_t0(u, j < n_in[:, None], t0)
+            n_a = tl.sum(cand.to(tl.int32), axis=1)
+        n_c = tl.sum(tl.reshape(n_a, [R, RW]), axis=1)  # per span
+        tot = tl.sum(n_c, axis=0)
+        base = tot * 0
+        if tot > 0:
+            base = tl.atomic_add(cnt_ptr + row, tot, sem="relaxed")
+        b_c = base + tl.cumsum(n_c, axis=0) - n_c  # each span's base
+        c = tl.arange(0, R)
+        tl.store(cc_row + p + c * NPR, n_c | (tl.minimum(b_c, 32767) << 16),
+                 mask=(p + c * NPR) * CHUNK < len_e)
+        pre = tl.reshape(tl.cumsum(tl.reshape(n_a, [R, RW]), axis=1), [R * RW]) - n_a
+        b_r = tl.reshape(tl.broadcast_to(b_c[:, None], [R, RW]), [R * RW])
+        if ROW_PTX:
+            _triton._store_rows(bits, pre, b_r, w, (q << _triton.COL_BITS) | e0, cb_ptr, CAP)
+        else:
+            rank = pre[:, None] + tl.cumsum(cand.to(tl.int32), axis=1) - 1
+            pos = b_r[:, None] + rank
+            lo = (rank << _triton.RANK_SHIFT) | (u.to(tl.int32) & 0xFFFF)
+            hi = (q[:, None] << _triton.COL_BITS) | (e0[:, None] + j)
+            lo64 = lo.to(tl.uint32, bitcast=True).to(tl.int64)
+            tl.store(cb_ptr + pos, (hi.to(tl.int64) << 32) | lo64, mask=cand & (pos < CAP))
 
 
 def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=True, rc=1):
@@ -166,11 +183,11 @@ def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=T
             num_warps=WARPS["collect"], maxnreg=COLLECT_MAXNREG, CHUNK=cfg.chunk, **regions,
             **dep)
     else:
-        _collect_multi_kernel[(rows, triton.cdiv(n_chunks, rc))](
+        _collect_stream_kernel[(rows, n_chunks // rc)](
             x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, x16.stride(0), ws.cbuf.stride(0),
-            ws.cc.stride(0), cols, CHUNK=cfg.chunk, CAP=cfg.cap, R=rc,
+            ws.cc.stride(0), cols, n_chunks // rc, CHUNK=cfg.chunk, CAP=cfg.cap, R=rc,
             ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
-            num_warps=WARPS["collect"], maxnreg=COLLECT_MAXNREG, **dep)
+            num_warps=2 * rc, **dep)  # R x 4 KB a CTA: 2 warps a chunk (48-64 registers)
     _triton._select_kernel[(rows,)](
         x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
