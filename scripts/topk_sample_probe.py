@@ -14,7 +14,8 @@ and T0 waits for a full pass. Here T0 comes from a sample instead:
    row are >= T0 (C = ``--c`` x k). Found as: T_p = the k_s-th largest piece maximum (a
    lower bound: k_s pieces reach it, each through one element at least), then the largest t
    in [T_p, T_p + 255] with k_s sampled keys >= t (an 8-step search; a lower t only admits
-   more candidates). ``--no-refine`` keeps T_p.
+   more candidates), run where T_p admits more than REFINE / 4 x k_s sampled keys
+   (``--refine N``, default 8: twice; 0 or ``--no-refine``: never, T_p is T0).
 2. the tree's ``_collect_kernel`` on the small-grid form (a chunk a program, the whole chunk
    from HBM: the only full read), which loads its chunk before its dependent-launch wait,
    i.e. while the sample kernel runs;
@@ -93,8 +94,8 @@ def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
     pk = tl.where(tl.arange(0, NP) * st < len_e, pk, 0)
     n_p = tl.sum((pk > 0).to(tl.int32), axis=0)
     t = _kth_largest(pk, pk > 0, n_p, tl.minimum(k_s, n_p), True)
-    if REFINE:  # only where the piece maxima's bound admits more than twice the target
-        if _count_ge(u, t, PTX) > 2 * k_s:
+    if REFINE:  # only where the piece maxima's bound admits more than REFINE / 4 the target
+        if _count_ge(u, t, PTX) * 4 > REFINE * k_s:
             for b in tl.static_range(7, -1, -1):
                 cand = t + (1 << b)
                 t = tl.where(_count_ge(u, cand, PTX) >= k_s, cand, t)
@@ -164,7 +165,7 @@ def _collect_stream_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_pt
             tl.store(cb_ptr + pos, (hi.to(tl.int64) << 32) | lo64, mask=cand & (pos < CAP))
 
 
-def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=True, pdl=True, rc=1):
+def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=8, pdl=True, rc=1):
     rows, cols = x16.shape
     n_chunks = triton.cdiv(cols, cfg.chunk)
     pdl = pdl and pdl_capable(x16.device)
@@ -263,7 +264,11 @@ def main(argv) -> None:
         assert os.environ.get("TRITON_INTERPRET") == "1"
         cpu_check()
         return
-    k, c_mult, refine = 512, 2.5, "--no-refine" not in argv
+    k, c_mult, refine = 512, 2.5, 0 if "--no-refine" in argv else 8
+    if "--refine" in argv:
+        i = argv.index("--refine")
+        refine = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     if "--rc" in argv:
         i = argv.index("--rc")
         RC = int(argv[i + 1])
