@@ -24,6 +24,10 @@ and T0 waits for a full pass. Here T0 comes from a sample instead:
 ``--free-t0``: step 1 replaced by a copy of T0 computed beforehand by step 1 on the same
 input (what the chain costs without the sample's time).
 
+``--parts G``: step 1 on G programs a row, program g on pieces g, g + G, ..., each storing
+its own T0; the collect takes their least (each is a lower bound of its own estimate, so the
+least admits more candidates, never fewer).
+
 ``--rc R`` (R > 1): step 2 by ``_collect_stream_kernel`` instead: R chunks a program, strided
 over the row, loaded as one tile before the wait, one atomic a program (2R warps).
 
@@ -54,6 +58,7 @@ from dsv4_decode.utils.device import pdl_capable
 
 NP = 1024
 RC = 1
+GP = 1
 FREE_T0 = False
 PIECE = 16
 
@@ -79,23 +84,27 @@ def _count_ge(u, t, PTX: tl.constexpr):
 
 
 @triton.jit
-def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
-                   NP: tl.constexpr, PIECE: tl.constexpr, REFINE: tl.constexpr,
-                   PTX: tl.constexpr, PDL: tl.constexpr):
+def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, parts_ptr, stride_x, stride_g, cols, C,
+                   NP: tl.constexpr, PIECE: tl.constexpr, G: tl.constexpr,
+                   REFINE: tl.constexpr, PTX: tl.constexpr, PDL: tl.constexpr):
     # pieces as words of two bf16: packed maxima and packed compares, no key transform but on
-    # the NP piece maxima
+    # the NP / G piece maxima. G > 1: program g of the row takes pieces g, g + G, ... (each
+    # part spans the row) and stores its own T0 at parts[row, g]; the collect takes their
+    # minimum (a lower bound of each: more candidates, never fewer)
     row = tl.program_id(0)
+    g = tl.program_id(1)
     _, len_e = _row_length(lengths_ptr, row, cols, 1)
     if PDL:
         _pdl_enter()
     x32 = (x_ptr + tl.multiple_of(row.to(tl.int64) * stride_x, 8)).to(tl.pointer_type(tl.int32))
     st = tl.maximum((len_e + NP * PIECE - 1) // (NP * PIECE) * PIECE, PIECE)  # covers the row
-    w = (tl.arange(0, NP) * (st // 2))[:, None] + tl.arange(0, PIECE // 2)[None, :]
+    i = g + tl.arange(0, NP // G) * G  # this part's pieces
+    w = (i * (st // 2))[:, None] + tl.arange(0, PIECE // 2)[None, :]
     u = _mask_words(w, tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0), len_e)
-    m = tl.sum(tl.minimum(tl.maximum(len_e - tl.arange(0, NP) * st, 0), PIECE), axis=0)
+    m = tl.sum(tl.minimum(tl.maximum(len_e - i * st, 0), PIECE), axis=0)
     k_s = tl.maximum((C * m + len_e - 1) // tl.maximum(len_e, 1), 1)
     pk = _word_key1(_wmax(u, 1, not PTX), not PTX)
-    pk = tl.where(tl.arange(0, NP) * st < len_e, pk, 0)
+    pk = tl.where(i * st < len_e, pk, 0)
     n_p = tl.sum((pk > 0).to(tl.int32), axis=0)
     t = _kth_largest(pk, pk > 0, n_p, tl.minimum(k_s, n_p), True)
     if REFINE:  # only where the piece maxima's bound admits more than REFINE / 4 the target
@@ -103,9 +112,13 @@ def _sample_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, stride_x, cols, C,
             for b in tl.static_range(7, -1, -1):
                 cand = t + (1 << b)
                 t = tl.where(_count_ge(u, cand, PTX) >= k_s, cand, t)
-    t = tl.where(len_e <= C, 1, t)  # short rows: every element a candidate
-    tl.store(thr_ptr + row, tl.maximum(t, 1))
-    tl.store(cnt_ptr + row, 0)
+    t = tl.maximum(tl.where(len_e <= C, 1, t), 1)  # short rows: every element a candidate
+    if G == 1:
+        tl.store(thr_ptr + row, t)
+    else:
+        tl.store(parts_ptr + row.to(tl.int64) * stride_g + g, t)
+    if g == 0:
+        tl.store(cnt_ptr + row, 0)
 
 
 @triton.jit
@@ -120,10 +133,10 @@ def _t0_copy_kernel(src_ptr, thr_ptr, cnt_ptr, PDL: tl.constexpr):
 
 
 @triton.jit
-def _collect_stream_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, stride_x,
-                           stride_b, stride_cc, cols, NPR, CHUNK: tl.constexpr,
-                           CAP: tl.constexpr, R: tl.constexpr, ROW_PTX: tl.constexpr,
-                           PDL: tl.constexpr):
+def _collect_stream_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, parts_ptr,
+                           stride_x, stride_b, stride_cc, stride_g, cols, NPR,
+                           CHUNK: tl.constexpr, CAP: tl.constexpr, R: tl.constexpr,
+                           G: tl.constexpr, ROW_PTX: tl.constexpr, PDL: tl.constexpr):
     # The small-grid collect on R chunks a program, strided (program p of the row's NPR takes
     # chunks p, p + NPR, ...: a short row's chunks spread over its first programs), as ONE
     # [R * CHUNK / 8, 8] tile loaded before the wait, and ONE atomic a program for the R
@@ -147,7 +160,13 @@ def _collect_stream_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_pt
     if (p * CHUNK < len_e) | (p == 0):
         if PDL:
             gdc_wait()
-        t0 = tl.load(thr_ptr + row)
+        if G == 1:
+            t0 = tl.load(thr_ptr + row)
+        else:  # the parts' least T0; program 0 leaves it for the select
+            t0 = tl.min(tl.load(parts_ptr + row.to(tl.int64) * stride_g + tl.arange(0, G)),
+                        axis=0)
+            if p == 0:
+                tl.store(thr_ptr + row, t0)
         j = tl.arange(0, 8)[None, :]
         if ROW_PTX:
             lo16, hi16 = tl.split(tl.reshape(u, [R * RW, 4, 2]))
@@ -181,7 +200,7 @@ def _collect_stream_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_pt
 
 
 def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=8, pdl=True, rc=1,
-                   t0_src=None):
+                   t0_src=None, parts=1):
     rows, cols = x16.shape
     n_chunks = triton.cdiv(cols, cfg.chunk)
     pdl = pdl and pdl_capable(x16.device)
@@ -189,11 +208,12 @@ def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=8, pdl=True
     if t0_src is not None:
         _t0_copy_kernel[(rows,)](t0_src, ws.thr, ws.cnt, num_warps=1, **dep)
     else:
-        _sample_kernel[(rows,)](x16, lengths, ws.thr, ws.cnt, x16.stride(0), cols,
-                                int(c_mult * k), NP=NP, PIECE=PIECE, REFINE=refine,
-                                PTX=pdl_capable(x16.device), num_warps=8, **dep)
+        _sample_kernel[(rows, parts)](x16, lengths, ws.thr, ws.cnt, ws.gmax, x16.stride(0),
+                                      ws.gmax.stride(0), cols, int(c_mult * k), NP=NP,
+                                      PIECE=PIECE, G=parts, REFINE=refine,
+                                      PTX=pdl_capable(x16.device), num_warps=8, **dep)
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=1, NR=1)
-    if rc == 1:
+    if rc == 1 and parts == 1:
         _triton._collect_kernel[(rows, n_chunks)](
             x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
             stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
@@ -203,10 +223,11 @@ def launch_sampled(x16, lengths, out, ws, cfg, k, c_mult=2.5, refine=8, pdl=True
             **dep)
     else:
         _collect_stream_kernel[(rows, n_chunks // rc)](
-            x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, x16.stride(0), ws.cbuf.stride(0),
-            ws.cc.stride(0), cols, n_chunks // rc, CHUNK=cfg.chunk, CAP=cfg.cap, R=rc,
+            x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.gmax, x16.stride(0),
+            ws.cbuf.stride(0), ws.cc.stride(0), ws.gmax.stride(0), cols, n_chunks // rc,
+            CHUNK=cfg.chunk, CAP=cfg.cap, R=rc, G=1 if t0_src is not None else parts,
             ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
-            num_warps=2 * rc, **dep)  # R x 4 KB a CTA: 2 warps a chunk (48-64 registers)
+            num_warps=max(4, 2 * rc), **dep)  # R x 4 KB a CTA: 2 warps a chunk (48-64 registers)
     _triton._select_kernel[(rows,)](
         x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
@@ -226,7 +247,7 @@ def cpu_check() -> None:
         ln = torch.tensor(lens, dtype=torch.int32)
         ws = make_topk_workspace(rows, k, "cpu")
         out = torch.empty(rows, k, dtype=torch.int32)
-        launch_sampled(x.view(torch.int16), ln, out, ws, ws.cfg, k, rc=RC)
+        launch_sampled(x.view(torch.int16), ln, out, ws, ws.cfg, k, rc=RC, parts=GP)
         ref = decode_topk_ref(x, ln, k)
         print(rows, cols, lens, "candidates", ws.cnt[:rows].tolist(),
               "equal" if torch.equal(out, ref) else "DIFFERENT")
@@ -244,7 +265,7 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
     if FREE_T0:  # each input's T0 from the sample kernel, kept for the copy kernel
         for x in xs:
             launch_sampled(x.view(torch.int16), lens, outs[1], ws2, ws2.cfg, k, c_mult, refine,
-                           rc=RC)
+                           rc=RC, parts=GP)
             t0s[x.data_ptr()] = ws2.thr[:rows].clone()
 
     def run(v, x):
@@ -252,7 +273,7 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
             _triton.launch(x.view(torch.int16), lens, outs[0], ws, ws.cfg, k)
         else:
             launch_sampled(x.view(torch.int16), lens, outs[1], ws2, ws2.cfg, k, c_mult, refine,
-                           rc=RC, t0_src=t0s.get(x.data_ptr()))
+                           rc=RC, t0_src=t0s.get(x.data_ptr()), parts=GP)
 
     def make_fn(v):
         i = [0]
@@ -271,12 +292,13 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
     t = [graph_time_us(make_fn(v), calls=20) for v in (0, 1, 0, 1)]
 
     def sample_only():
-        _sample_kernel[(rows,)](xs[0].view(torch.int16), lens, ws2.thr, ws2.cnt, cols, cols,
-                                int(c_mult * k), NP=NP, PIECE=PIECE, REFINE=refine, PTX=True,
-                                PDL=True, num_warps=8, launch_pdl=True)
+        _sample_kernel[(rows, GP)](xs[0].view(torch.int16), lens, ws2.thr, ws2.cnt, ws2.gmax,
+                                   cols, ws2.gmax.stride(0), cols, int(c_mult * k), NP=NP,
+                                   PIECE=PIECE, G=GP, REFINE=refine, PTX=True, PDL=True,
+                                   num_warps=8, launch_pdl=True)
     ts = graph_time_us(sample_only, calls=20)
     tag = " free-t0" if FREE_T0 else ""
-    print(f"{rows}x{cols}x{valid} k{k} c{c_mult} np{NP} rc{RC} refine{int(refine)}{tag}: "
+    print(f"{rows}x{cols}x{valid} k{k} c{c_mult} np{NP} g{GP} rc{RC} refine{int(refine)}{tag}: "
           f"tree {t[0]:7.2f} / {t[2]:7.2f}  sampled {t[1]:7.2f} / {t[3]:7.2f}  diff "
           f"{(t[1] + t[3] - t[0] - t[2]) / 2:+6.2f} us  sample alone {ts:5.2f}  "
           f"candidates {n.min():.0f} / {n.mean():.0f} / {n.max():.0f}  "
@@ -284,7 +306,11 @@ def cell(rows, cols, valid, k, c_mult, refine) -> None:
 
 
 def main(argv) -> None:
-    global NP, RC, FREE_T0
+    global NP, RC, FREE_T0, GP
+    if "--parts" in argv:
+        i = argv.index("--parts")
+        GP = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     FREE_T0 = "--free-t0" in argv
     argv = [a for a in argv if a != "--free-t0"]
     if "--cpu" in argv:
