@@ -404,38 +404,6 @@ def test_folded_spans(log_r, lists, strided, device, monkeypatch):
     assert torch.equal(got.cpu(), decode_topk_blocks_ref(x, lens, 16, 8))
 
 
-@pytest.mark.parametrize("aligned", [True, False])
-def test_pipelined_fold_tma(aligned, device, monkeypatch):
-    """The pipelined span fold (1M-column grids at R >= 4) reads each chunk of a full span as
-    one TMA box of ``_row_words``'s descriptor, a span the length cuts by masked loads; forced
-    at a small shape (R = 4: full spans, a cut one, rows of less than a span; row stride
-    padded). A base not 16-byte aligned (``aligned`` False) takes the ``cp.async`` loads."""
-    from dsv4_decode.ops.topk import _triton
-
-    force_path(monkeypatch, "chunks")
-    monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 2)
-    monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
-    monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: False)
-    monkeypatch.setattr(_triton, "_fold_stages", lambda n_chunks, log_r: 3)
-    monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
-    made = []
-    row_words = _triton._row_words
-    monkeypatch.setattr(_triton, "_row_words", lambda x16: made.append(1) or row_words(x16))
-    gen = torch.Generator().manual_seed(31)
-    cols = 20000
-    lens = torch.tensor([20000, 16384, 16383, 8193, 8192, 6000, 2049, 700], dtype=torch.int32)
-    x = make_logits("random", lens.numel(), cols, gen)
-    x[torch.arange(cols)[None, :] >= lens[:, None]] = float("nan")  # never read
-    x[3, 5000] = float("inf")
-    buf = torch.zeros(lens.numel(), cols + 8, dtype=x.dtype, device=device)
-    off = 0 if aligned else 4
-    buf[:, off:off + cols] = x.to(device)
-    for k in (16, 64):
-        got = decode_topk(buf[:, off:off + cols], lens.to(device), k)
-        assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k)), k
-    assert bool(made) == aligned
-
-
 def test_fused_threshold_matches_unfused(device):
     """The threshold computed by the last group-maxima program (ticket) equals the separate
     threshold kernel's, the ticket is re-armed to 0, and both paths give the twin's answer

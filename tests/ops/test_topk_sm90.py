@@ -14,12 +14,9 @@ def build(fn, const, num_warps, pdl=True, maxnreg=0):  # on sm_90+ every launch 
     # twice: as an odd shape compiles, and as the bench's shapes specialize it (row strides and
     # widths divisible by 16: 16-byte loads, other layouts, other registers)
     div = tuple(n for n in fn.arg_names if n.startswith("stride") or n == "cols")
-    # the group maxima's TMA boxes (_triton._row_words) when TMA, else the logits again
-    desc = "tensordesc<i32[1, 16, 64]>" if const.get("TMA") else "*i16"
     return sum(spill_stores(fn, dict(const, PDL=pdl), num_warps,
-                            {"x_ptr": "*i16", "cbuf_ptr": "*i64", "desc": desc},
-                            default_ptr="*i32", maxnreg=maxnreg, divisible=d)
-               for d in ((), div))
+                            {"x_ptr": "*i16", "cbuf_ptr": "*i64"}, default_ptr="*i32",
+                            maxnreg=maxnreg, divisible=d) for d in ((), div))
 
 
 out = {}
@@ -27,23 +24,21 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
     c = TopkConfig.pick(k)
     common = dict(CHUNK=c.chunk, NSEG=NSEG)
     # fused only for k <= 512; folded grids with and without the pipelined fold, and strided
-    # (with TMA boxes and without)
-    for log_r, fuse, st, sd, tma in ((0, k <= 512, 1, 0, 0), (3, False, 1, 0, 0),
-                                     (3, False, K.FOLD_STAGES, 0, 0),
-                                     (3, False, K.FOLD_STAGES, 0, 1), (3, False, 1, 1, 0)):
+    for log_r, fuse, st, sd in ((0, k <= 512, 1, 0), (3, False, 1, 0),
+                                (3, False, K.FOLD_STAGES, 0), (3, False, 1, 1)):
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r,
                      STRIDED=sd)
-        out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}-strided{sd}-tma{tma}"] = build(
-            K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse, TMA=tma,
-                                      TWIN=False, **spans, **common),
+        out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}-strided{sd}"] = build(
+            K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse, TWIN=False,
+                                      **spans, **common),
             4)
     # R = 2 (grids of 768-6,144 chunk programs), with and without the segment maxima, under
     # the register cap it runs with at k <= 512 (config.FOLD2_MAXNREG)
     for segs in (False, True):
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=2, LOG_R=1, STRIDED=0)
         out[f"gmax-k{k}-R2-segs{segs}"] = build(
-            K._group_max_kernel, dict(STAGES=1, SEGS=segs, FUSE=False, TMA=0, TWIN=False,
-                                      **spans, **common),
+            K._group_max_kernel, dict(STAGES=1, SEGS=segs, FUSE=False, TWIN=False, **spans,
+                                      **common),
             4, maxnreg=K.FOLD2_MAXNREG if k <= 512 else 0)
     for sd in (0, 1):
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3, STRIDED=sd)

@@ -45,11 +45,9 @@ above everything with ``PIN_KEY1``) and ``_row_length``.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from dsv4_decode.utils.device import pdl_capable
 
@@ -207,26 +205,21 @@ def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr
 
 
 @triton.jit
-def _fold_span(x_row, desc, row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
+def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
                CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr,
-               SEGS: tl.constexpr, TMA: tl.constexpr, TWIN: tl.constexpr):
+               SEGS: tl.constexpr, TWIN: tl.constexpr):
     """Elementwise maximum of the R chunks of span p ([NSEG, CHUNK / NSEG / 2] words), storing
     each chunk's segment maxima on the way. STAGES > 1: a chunk an iteration,
-    software-pipelined (STAGES - 1 chunks in flight in shared memory at no register cost;
-    ``TMA``: each chunk of an unmasked span one box of the descriptor ``desc``, the row's
-    words as ``[rows, cols / 128, 64]``, else ``cp.async`` by every thread), for busy grids;
-    STAGES == 1: two chunks an iteration, both loads in flight, no pipeline
-    (``config.fold_stages`` says where each wins), or the one chunk at R = 1. The chunks are
-    separate tiles of one layout, so folding them is elementwise (as one [2, ...] tile their
-    axis fell across lanes: shuffles)."""
+    software-pipelined (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no
+    register cost), for busy grids; STAGES == 1: two chunks an iteration, both loads in
+    flight, no pipeline (``config.FOLD_STAGES`` says where each wins), or the one chunk at
+    R = 1. The chunks are separate tiles of one layout, so folding them is elementwise (as one
+    [2, ...] tile their axis fell across lanes: shuffles)."""
     W: tl.constexpr = CHUNK // NSEG // 2
     acc = tl.full([NSEG, W], NEG_WORD, tl.int32)
     if STAGES > 1:
         for r in tl.range(0, R, num_stages=STAGES):
-            if TMA and not MASKED:
-                v = tl.reshape(desc.load([row, (p * R + r) * NSEG, 0]), [1, NSEG, W])
-            else:
-                v = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
+            v = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
             if SEGS:
                 _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
             acc = _wmax2(acc, tl.reshape(v, [NSEG, W]), TWIN)
@@ -307,13 +300,12 @@ def _store_groups(w, g_ptr, unit, start, len_e, lvl, CHUNK: tl.constexpr, LMAX: 
 
 
 @triton.jit
-def _group_max_kernel(x_ptr, desc, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr,
-                      tick_ptr, stride_x, stride_g, stride_s, cols, K, CHUNK: tl.constexpr,
+def _group_max_kernel(x_ptr, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt_ptr, tick_ptr,
+                      stride_x, stride_g, stride_s, cols, K, CHUNK: tl.constexpr,
                       LMAX: tl.constexpr, TARGET: tl.constexpr, GROUPS: tl.constexpr,
                       R: tl.constexpr, LOG_R: tl.constexpr, STAGES: tl.constexpr,
                       STRIDED: tl.constexpr, NSEG: tl.constexpr, SEGS: tl.constexpr,
-                      FUSE: tl.constexpr, TMA: tl.constexpr, TWIN: tl.constexpr,
-                      PDL: tl.constexpr):
+                      FUSE: tl.constexpr, TWIN: tl.constexpr, PDL: tl.constexpr):
     # Program p covers R chunks: the only full read of the row. SEGS (grids that collect from
     # the threshold's segment list): per chunk it also stores the NSEG segment maxima. Rows
     # long enough (level >= LOG_R) fold the R chunks with an elementwise max (groups strided by
@@ -343,11 +335,11 @@ def _group_max_kernel(x_ptr, desc, lengths_ptr, gmax_ptr, smax_ptr, thr_ptr, cnt
     elif s >= LOG_R:
         if p * (R * CHUNK) < len_e:
             if (p + 1) * (R * CHUNK) <= len_e:
-                acc = _fold_span(x_row, desc, row, p, len_e, s_row, R, STAGES, CHUNK, NSEG,
-                                 False, SEGS, TMA, TWIN)
+                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, False, SEGS,
+                                 TWIN)
             else:
-                acc = _fold_span(x_row, desc, row, p, len_e, s_row, R, STAGES, CHUNK, NSEG,
-                                 True, SEGS, TMA, TWIN)
+                acc = _fold_span(x_row, p, len_e, s_row, R, STAGES, CHUNK, NSEG, True, SEGS,
+                                 TWIN)
             _store_groups(tl.reshape(acc, [CHUNK // 2]), g_ptr, p, p * (R * CHUNK), len_e,
                           s - LOG_R, CHUNK, LMAX, TWIN)
     else:
@@ -741,21 +733,6 @@ def _select_kernel(x_ptr, lengths_ptr, thr_ptr, cnt_ptr, cbuf_ptr, cc_ptr, sc_pt
         _exact_fallback(x_row, lengths_ptr, row, cols, o_ptr, K, SCAN)
 
 
-def _fold_stages(n_chunks: int, log_r: int) -> int:
-    """Pipeline stages of the group maxima's span loop: ``FOLD_STAGES`` on 1M-column grids
-    folded by R >= 4, else 1 (no pipeline)."""
-    return FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1
-
-
-def _row_words(x16) -> TensorDescriptor:
-    """A TMA descriptor of the logits' words as [rows, cols / 128, 64] int32, boxes of one
-    chunk of 2,048 columns ([1, NSEG, 64]); full chunks only (the last 127 columns of a width
-    not a multiple of 128 are outside it)."""
-    rows, cols = x16.shape
-    return TensorDescriptor(x16.view(torch.int32), [rows, cols // 128, 64],
-                            [x16.stride(0) // 2, 64, 1], [1, NSEG, 64])
-
-
 def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = True) -> None:
     """Run the kernels. ``x16``: the bf16 logits viewed as int16 [rows, cols].
 
@@ -785,16 +762,13 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r,
                  STRIDED=strided_fold(rows, n_chunks, k))
-    stages = _fold_stages(n_chunks, log_r)
-    # TMA boxes need a 16-byte aligned base (the row stride is a multiple of 8 elements)
-    tma = (stages > 1 and not spans["STRIDED"] and x16.data_ptr() % 16 == 0 and cols % 2 == 0
-           and (pdl or not x16.is_cuda))
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
-        x16, _row_words(x16) if tma else x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt,
-        ws.tick, x16.stride(0), ws.gmax.stride(0), ws.smax.stride(0), cols, k, STAGES=stages,
+        x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
+        ws.gmax.stride(0), ws.smax.stride(0), cols, k,
+        STAGES=FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1,
         maxnreg=FOLD2_MAXNREG if log_r == 1 and k <= 512 else None,  # one wave at 1,536
-        NSEG=NSEG, SEGS=lst, FUSE=fuse, TMA=tma, TWIN=not x16.is_cuda,
-        num_warps=WARPS["group_max"], **spans, **common, **dep)
+        NSEG=NSEG, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
+        **spans, **common, **dep)
     rs = LIST_REGION
     n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
