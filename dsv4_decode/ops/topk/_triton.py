@@ -200,12 +200,8 @@ def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr
     the threshold."""
     NCH: tl.constexpr = v.shape[0]
     i = (c0 + tl.arange(0, NCH))[:, None] * NSEG + tl.arange(0, NSEG)[None, :]
-    k = tl.where(i * (CHUNK // NSEG) < len_e, _word_key1(_wmax(v, 2, TWIN), TWIN), 0)
-    if TWIN:
-        tl.store(s_row + i, k)
-    else:  # from every lane of the reduction's layout: tl.store's moved it (a CTA barrier)
-        tl.inline_asm_elementwise("st.global.b32 [$1], $2; mov.b32 $0, 0;", "=r,l,r",
-                                  [s_row + i, k], dtype=tl.int32, is_pure=False, pack=1)
+    k = _word_key1(_wmax(v, 2, TWIN), TWIN)
+    tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
 
 
 @triton.jit
