@@ -308,7 +308,7 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
         monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: folded == "strided")
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
         monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
-        monkeypatch.setattr(_triton, "LIST_REGION", 32)
+        monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
         monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
     gen = torch.Generator().manual_seed(21)
     k, cols = 16, 9000
@@ -349,7 +349,7 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
         monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
         monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: layout == "strided")
-        monkeypatch.setattr(_triton, "LIST_REGION", 32)
+        monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
         monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
     gen = torch.Generator().manual_seed(24)
     cols = 9000
@@ -384,7 +384,7 @@ def test_folded_spans(log_r, lists, strided, device, monkeypatch):
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
     monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: lists)
     monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks, k: strided)
-    monkeypatch.setattr(_triton, "LIST_REGION", 32)
+    monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
     monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
