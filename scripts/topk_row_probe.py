@@ -14,9 +14,9 @@ with folded grids of at most N chunk programs collected by chunk instead of from
 lists (session 27's ``chunks-collect2``, ``-collect2a`` and ``-rowasm`` are in 4c6192e's copy;
 the last became the collect's span); ``file:PATH`` the four launches of another
 ``_triton.py`` (an earlier commit's: ``git show REV:dsv4_decode/ops/topk/_triton.py >
-PATH``); ``rowfile:PATH`` the one-CTA-a-row
-kernel of another ``_row.py``; ``nseg-N-RS`` the four launches with segments of 2,048 / N
-columns (``config.NSEG = N``) and threshold regions of RS segments (``LIST_REGION``).
+PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of another ``_row.py``; ``nseg-N`` the
+four launches with a listed grid's segments of 2,048 / N columns (``TopkConfig.nseg = N``;
+8cab489's ``nseg-N-RS`` set ``NSEG`` and ``LIST_REGION``).
 Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20
 replays, as ``bench topk``), after every variant's output was compared bitwise with the
 first's; ``--kernels`` then prints each variant's per-kernel profiler table
@@ -34,7 +34,7 @@ from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
-from dsv4_decode.ops.topk.config import CHUNK_PROGRAMS, NSEG, span_log2
+from dsv4_decode.ops.topk.config import CHUNK_PROGRAMS, span_log2
 from dsv4_decode.utils.module_copy import load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
@@ -57,12 +57,10 @@ def runner(name):
         return mod.launch
     if name == "chunks-fold2-off":
         return fold2_off_launch()
-    if name.startswith("nseg-"):  # nseg-N-RS: segments of CHUNK / N, regions of RS segments
-        _, n, rs = name.split("-")
-        mod = load_source(open(_triton.__file__).read(), f"topk_nseg_{n}_{rs}",
-                          "dsv4_decode.ops.topk")
-        mod.NSEG, mod.LIST_REGION = int(n), int(rs)
-        return mod.launch
+    if name.startswith("nseg-"):  # nseg-N: listed grids' segments of CHUNK / N columns
+        n = int(name.split("-")[1])
+        return lambda x16, lengths, out, ws, cfg, k: _triton.launch(
+            x16, lengths, out, ws, replace(cfg, nseg=n), k)
     if name.startswith("chunks-nolist-"):
         return nolist_launch(int(name.split("-")[2]))
     _, warps, tile = name.split("-")
@@ -100,7 +98,7 @@ def cell(variants, rows, cols, valid, k, kernels=False) -> None:
         lens[0] = cols // 8
     ws = make_topk_workspace(rows, k, "cuda")
     nseg = max([int(v.split("-")[1]) for v in variants if v.startswith("nseg-")], default=0)
-    if nseg > NSEG:  # segment maxima and lists for the finest segments (strides passed)
+    if nseg > ws.cfg.nseg:  # segment maxima and lists for the finest segments (strides passed)
         ws = replace(ws, smax=ws.smax.new_empty(rows, ws.cfg.max_chunks * nseg),
                      seglist=ws.seglist.new_empty(rows, ws.cfg.max_chunks * nseg))
     outs = [torch.empty(rows, k, dtype=torch.int32, device="cuda") for _ in variants]

@@ -334,6 +334,36 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
     assert torch.equal(ws.cnt[: x.shape[0]].cpu(), want), (ws.cnt[: x.shape[0]].cpu(), want)
 
 
+def test_listed_rows_at_large_k_use_finer_segments(device, monkeypatch):
+    """At k > 512 a listed grid stores, lists and collects segments of ``cfg.chunk / cfg.nseg``
+    = 64 columns (twice ``NSEG``; session 34), the regions covering the same chunks: the
+    stored segment maxima are those of 64-column segments (0 past the length) and the answer
+    is exact (spans of 32 listed segments cross the regions of 2 chunks)."""
+    from dsv4_decode.ops.topk import _triton
+    from dsv4_decode.ops.topk.config import NSEG
+
+    k, cols = 600, 16384
+    cfg = TopkConfig.pick(k)
+    assert cfg.nseg == 2 * NSEG and TopkConfig.pick(512).nseg == NSEG
+    force_path(monkeypatch, "chunks")
+    monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
+    monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
+    monkeypatch.setattr(_triton, "LIST_REGION", 2 * NSEG)
+    monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
+    gen = torch.Generator().manual_seed(34)
+    x = make_logits("random", 3, cols, gen)
+    lens = torch.tensor([cols, 9000, 4100], dtype=torch.int32)
+    ws = make_topk_workspace(3, k, device)
+    got = decode_topk(x.to(device), lens.to(device), k, workspace=ws)
+    assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k))
+    seg = cfg.chunk // cfg.nseg
+    key1 = torch.where(torch.arange(cols)[None, :] < lens[:, None], rank_keys(x) + 1, 0)
+    want = key1.view(3, cols // seg, seg).amax(2).to(torch.int32)
+    for r, n in enumerate(lens.tolist()):  # the segments the row's programs store
+        n_seg = -(-n // seg)
+        assert torch.equal(ws.smax[r, :n_seg].cpu(), want[r, :n_seg]), r
+
+
 @pytest.mark.parametrize("layout", ["row", "chunks", "folded", "strided", "blocks"])
 def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
     """Columns at or past a row's length hold NaN (above everything) and the lengths end at

@@ -22,7 +22,8 @@ def build(fn, const, num_warps, pdl=True, maxnreg=0):  # on sm_90+ every launch 
 out = {}
 for k in (512, 2048):  # plain mode's kernels (block mode: the radix select below)
     c = TopkConfig.pick(k)
-    common = dict(CHUNK=c.chunk, NSEG=NSEG)
+    common = dict(CHUNK=c.chunk)
+    rs = K.LIST_REGION * c.nseg // NSEG  # listed grids' segments: c.nseg a chunk (as launch)
     # fused only for k <= 512; folded grids with and without the pipelined fold, and strided
     for log_r, fuse, st, sd in ((0, k <= 512, 1, 0), (3, False, 1, 0),
                                 (3, False, K.FOLD_STAGES, 0), (3, False, 1, 1)):
@@ -30,7 +31,7 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
                      STRIDED=sd)
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}-strided{sd}"] = build(
             K._group_max_kernel, dict(STAGES=st, SEGS=log_r > 0, FUSE=fuse, TWIN=False,
-                                      **spans, **common),
+                                      NSEG=c.nseg if log_r > 0 else NSEG, **spans, **common),
             4)
     # R = 2 (grids of 768-6,144 chunk programs), with and without the segment maxima, under
     # the register cap it runs with at k <= 512 (config.FOLD2_MAXNREG)
@@ -38,20 +39,21 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=2, LOG_R=1, STRIDED=0)
         out[f"gmax-k{k}-R2-segs{segs}"] = build(
             K._group_max_kernel, dict(STAGES=1, SEGS=segs, FUSE=False, TWIN=False, **spans,
-                                      **common),
+                                      NSEG=c.nseg if segs else NSEG, **common),
             4, maxnreg=K.FOLD2_MAXNREG if k <= 512 else 0)
     for sd in (0, 1):
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=8, LOG_R=3, STRIDED=sd)
         out[f"threshold-k{k}-strided{sd}"] = build(K._threshold_kernel, dict(
-            RS=K.LIST_REGION, LIST=1, P=64, **spans, **common), 8)
+            NSEG=c.nseg, RS=rs, LIST=1, P=64, **spans, **common), 8)
     # plain launches: T0 loaded first; ROW_PTX False: grids below config.ROW_PTX_PROGRAMS
     for lst, pdl, ptx in ((0, True, True), (1, True, True), (0, False, True), (0, True, False)):
         out[f"collect-k{k}-list{lst}-pdl{pdl}-ptx{ptx}"] = build(K._collect_kernel, dict(
-            CAP=c.cap, LIST=lst, P=64, RS=K.LIST_REGION, NR=4, ROW_PTX=ptx, **common), 4, pdl,
+            CAP=c.cap, LIST=lst, P=64, NSEG=c.nseg if lst else NSEG, RS=rs, NR=4, ROW_PTX=ptx,
+            **common), 4, pdl,
             K.COLLECT_MAXNREG)
     out[f"select-k{k}"] = build(K._select_kernel, dict(
         NCH=c.max_chunks, SMALL=c.small, MID=min(2 * c.small, c.cap), CAP=c.cap, SCAN=2048,
-        NSEG=NSEG, LIST=1, NR=8,
+        NSEG=c.nseg, LIST=1, NR=8,
         CHUNK=c.chunk, P=64), 8)
 from dsv4_decode.ops.topk import _radix as RX
 for block in (8, 2, 64):

@@ -758,6 +758,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     pdl = pdl and pdl_capable(x16.device)
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     lst = listed(rows, n_chunks)  # large grids collect from segment lists
+    nseg = cfg.nseg if lst else NSEG  # segments a chunk (only listed grids store them)
     lp = list_programs(rows)
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r,
@@ -767,32 +768,32 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,
         STAGES=FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1,
         maxnreg=FOLD2_MAXNREG if log_r == 1 and k <= 512 else None,  # one wave at 1,536
-        NSEG=NSEG, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
+        NSEG=nseg, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
         **spans, **common, **dep)
-    rs = LIST_REGION
-    n_reg = triton.cdiv(n_chunks * NSEG, rs) if lst else 1
+    rs = LIST_REGION * nseg // NSEG  # a region covers the same chunks whatever the segments
+    n_reg = triton.cdiv(n_chunks * nseg, rs) if lst else 1
     regions = dict(stride_r=ws.rcnt.stride(0), n_reg=n_reg, NR=triton.next_power_of_2(n_reg))
     if not fuse:
         _threshold_kernel[(rows, n_reg)](
             lengths, ws.gmax, ws.thr, ws.cnt, ws.smax, ws.seglist, ws.rcnt, ws.gmax.stride(0),
-            ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=NSEG, RS=rs, LIST=lst, P=lp,
+            ws.smax.stride(0), ws.rcnt.stride(0), cols, k, NSEG=nseg, RS=rs, LIST=lst, P=lp,
             num_warps=WARPS["threshold"], **spans, **common, **dep)
     _collect_kernel[(rows, lp if lst else n_chunks)](
         x16, lengths, ws.thr, ws.cnt, ws.seglist, ws.rcnt, ws.cbuf, ws.cc,
         stride_x=x16.stride(0), stride_s=ws.smax.stride(0), stride_b=ws.cbuf.stride(0),
-        stride_cc=ws.cc.stride(0), cols=cols, NSEG=NSEG, CAP=cfg.cap, LIST=lst,
+        stride_cc=ws.cc.stride(0), cols=cols, NSEG=nseg, CAP=cfg.cap, LIST=lst,
         P=lp if lst else n_chunks, RS=rs,
         ROW_PTX=pdl_capable(x16.device) and row_ptx(rows, n_chunks),
         num_warps=WARPS["collect"],
         maxnreg=COLLECT_MAXNREG, **regions, **common, **dep)
     # the span counts the select scans: a chunk each on small grids; on folded ones up to
-    # list_programs chunks or cap / NSEG listed spans (more listed segments than cap is an
+    # list_programs chunks or cap / nseg listed spans (more listed segments than cap is an
     # overflow, where the fallback runs); not cfg.max_chunks whatever the row (session 20)
-    nch = triton.next_power_of_2(max(lp, cfg.cap // NSEG) if lst else n_chunks)
+    nch = triton.next_power_of_2(max(lp, cfg.cap // nseg) if lst else n_chunks)
     _select_kernel[(rows,)](
         x16, lengths, ws.thr, ws.cnt, ws.cbuf, ws.cc, ws.scratch, ws.rcnt, out,
         stride_x=x16.stride(0), stride_b=ws.cbuf.stride(0), stride_cc=ws.cc.stride(0),
         stride_o=out.stride(0), cols=cols, n_chunks=n_chunks, K=k, NCH=nch,
-        NSEG=NSEG, LIST=lst, P=lp, SMALL=cfg.small, MID=min(2 * cfg.small, cfg.cap), CAP=cfg.cap,
+        NSEG=nseg, LIST=lst, P=lp, SMALL=cfg.small, MID=min(2 * cfg.small, cfg.cap), CAP=cfg.cap,
         SCAN=2048,
         num_warps=WARPS["select"], **regions, **common, **dep)

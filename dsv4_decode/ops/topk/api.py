@@ -10,7 +10,7 @@ import torch
 from dsv4_decode.utils.device import clusters_capable
 
 from . import config
-from .config import NSEG, TopkConfig
+from .config import TopkConfig
 
 MAX_COLS = 1 << 20
 MAX_K = 2048
@@ -24,13 +24,14 @@ class TopkWorkspace:
     - ``tick`` int32 [rows], zero between calls: per-row arrival tickets of the group-maxima
       programs (the last one computes the threshold and re-arms the ticket to 0);
     - ``gmax`` int32 [rows, cfg.groups]: group maxima (rank keys) of the row;
-    - ``smax`` int32 [rows, cfg.max_chunks * NSEG]: rank-key maxima of contiguous segments of
-      ``cfg.chunk / NSEG`` elements (0 past the length), written by pass 1 for the collect
+    - ``smax`` int32 [rows, cfg.max_chunks * cfg.nseg]: rank-key maxima of contiguous segments
+      of ``cfg.chunk / cfg.nseg`` elements (0 past the length), written by pass 1 for the collect
       pass's pruning (one CTA a row, ``_row``: of 8 columns, up to ``config.ROW_COLS``);
-    - ``seglist`` int32 [rows, cfg.max_chunks * NSEG] / ``rcnt`` int32 [rows, cfg.max_chunks]:
-      the segments whose maximum reaches T0, ascending, listed per region of LIST_REGION segments at
-      the region's slice, and their number per region (folded grids; written by the threshold
-      kernel, read by the collect; ``_row`` lists its 8-column segments in ``seglist``);
+    - ``seglist`` int32 [rows, cfg.max_chunks * cfg.nseg] / ``rcnt`` int32 [rows, cfg.max_chunks]:
+      the segments whose maximum reaches T0, ascending, listed per region (the segments of
+      ``config.LIST_REGION / NSEG`` chunks) at the region's slice, and their number per region
+      (folded grids; written by the threshold kernel, read by the collect; ``_row`` lists its
+      8-column segments in ``seglist``);
     - ``thr`` int32 [rows]: T0, the k-th largest group maximum;
     - ``cnt`` int32 [rows]: number of candidates (elements >= T0) seen by the collect pass
       (``_row``: more than ``cfg.cap`` means its exact fallback ran);
@@ -93,8 +94,9 @@ def make_topk_workspace(rows: int, k: int, device, block: int = 1) -> TopkWorksp
     plain = 0 if nch else 1  # block mode runs the radix select alone
     return TopkWorkspace(
         cfg=cfg, tick=buf(rows, zero=True),
-        gmax=buf(rows, plain * cfg.groups), smax=buf(rows, plain * cfg.max_chunks * NSEG),
-        seglist=buf(rows, plain * cfg.max_chunks * NSEG), rcnt=buf(rows, plain * cfg.max_chunks),
+        gmax=buf(rows, plain * cfg.groups), smax=buf(rows, plain * cfg.max_chunks * cfg.nseg),
+        seglist=buf(rows, plain * cfg.max_chunks * cfg.nseg),
+        rcnt=buf(rows, plain * cfg.max_chunks),
         thr=buf(rows), cnt=buf(rows),
         cbuf=buf(rows, plain * cfg.cap, dtype=torch.int64),
         cc=buf(rows, plain * cfg.max_chunks), scratch=buf(rows, plain * cfg.cap),

@@ -14,7 +14,12 @@ def _pow2_at_least(x: int) -> int:
 
 
 # Segments per chunk: pass 1 stores the maximum of each 1/NSEG of a chunk (128 columns in plain
-# mode) so the collect pass re-reads only segments that can hold a candidate.
+# mode) so the collect pass re-reads only segments that can hold a candidate. Listed grids at
+# k > 512 use twice as many (``TopkConfig.nseg``): session 34, run 3 (``topk_row_probe.py``,
+# same process, µs), 32 against 16 at k = 2,048: 64 x 1M all 85.0 -> 76.8, 24 x 1M all
+# 48.8 -> 46.9, 64 x 256K all 47.6 -> 45.9, where ~30 % of a row's segments reach T0 and are
+# re-read; at k = 512 (a few % listed) the threshold's longer scan costs more than the collect
+# saves (64 x 1M all 54.4 -> 55.3, 64 x 512K all 38.3 -> 41.0); 64 a chunk lost at both k.
 NSEG = 16
 
 # Block mode's radix select: a chunk (one program's share of a row) is RADIX_COLS columns,
@@ -56,8 +61,9 @@ FOLD2_PROGRAMS = 768
 # at 1/8: not there.
 FOLD2_MAXNREG = 40
 
-# Segments a threshold program lists: 2,048 (4 programs a 1M row; each computes T0 too: at
-# 1,024, 8 programs a row, the threshold took 10.3 µs at 64 x 1M, against 3.3 for T0 alone).
+# Segments a threshold program lists at NSEG segments a chunk: 2,048, 128 chunks (4 programs a
+# 1M row; each computes T0 too: at 1,024, 8 programs a row, the threshold took 10.3 µs at
+# 64 x 1M, against 3.3 for T0 alone). A region spans the same chunks at ``TopkConfig.nseg``.
 LIST_REGION = 2048
 # Pipeline stages of a folding group-maxima program (``_triton._fold_span``) on 1M-column
 # grids folded by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M
@@ -206,6 +212,8 @@ class TopkConfig:
     - ``small`` / ``cap``: candidate-tile sizes of the final selection; more than ``cap``
       candidates takes the exact single-CTA fallback;
     - ``max_chunks``: programs per row of the row-wide passes at 2**20 columns;
+    - ``nseg``: segments a chunk on grids collected from segment lists (``NSEG``, twice that
+      at k > 512);
     - ``rchunk`` / ``rchunks``: block mode runs the radix select (``_radix``) with chunks of
       ``rchunk`` elements (``rchunk // 2`` for a single row); ``rchunks`` bounds the chunks a
       row at 2**20 columns; 0 in plain mode, which runs the four kernels above.
@@ -220,6 +228,7 @@ class TopkConfig:
     small: int
     cap: int
     max_chunks: int
+    nseg: int
     rchunk: int
     rchunks: int
 
@@ -242,6 +251,7 @@ class TopkConfig:
             small=small,
             cap=min(4 * small, 8192),
             max_chunks=512,  # 2**20 columns / 2048 columns per program
+            nseg=NSEG if k <= 512 else 2 * NSEG,
             rchunk=rchunk,
             rchunks=2 * (1 << 20) // (block * rchunk) if rchunk else 0,
         )
