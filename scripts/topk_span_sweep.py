@@ -8,7 +8,7 @@ topk.md, sessions 18, 19 and 21). Each cell is timed with R = 2, 4, 8 and 16 for
 (``_triton.span_log2`` patched), the list twice, the bench's method (CUDA graph of 20 calls,
 median of 20 replays, µs; k = 512 unless ``--k``); every answer is compared with the
 first's. Cells default to the bench's folded k = 512 cells. ``--stages`` also varies
-``_triton.FOLD_STAGES`` (the pipeline stages of a folding program's loop over its R chunks;
+``config.FOLD_STAGES`` (the pipeline stages of a folding program's loop over its R chunks;
 the launch uses them on 1M-column grids at R >= 4 only).
 """
 
@@ -35,14 +35,14 @@ def run(rows, cols, valid, stages) -> str:
     want = None
     for _ in range(2):
         for lg, u in combos:
-            old = _triton.span_log2, _triton.FOLD_STAGES
-            _triton.span_log2, _triton.FOLD_STAGES = (lambda r, n, lg=lg: lg), u
+            old = _triton.span_log2, config.FOLD_STAGES
+            _triton.span_log2, config.FOLD_STAGES = (lambda r, n, lg=lg: lg), u
             try:
                 times[(lg, u)].append(T._timed(lambda x: _triton.launch(
                     x.view(torch.int16), lens, out, ws, ws.cfg, K), xs))
                 _triton.launch(xs[0].view(torch.int16), lens, out, ws, ws.cfg, K)
             finally:
-                _triton.span_log2, _triton.FOLD_STAGES = old
+                _triton.span_log2, config.FOLD_STAGES = old
             want = out.clone() if want is None else want
             same &= torch.equal(out, want)
     txt = ", ".join(
@@ -54,7 +54,7 @@ def run(rows, cols, valid, stages) -> str:
 
 def main(argv) -> None:
     global K
-    stages = [_triton.FOLD_STAGES]
+    stages = [config.FOLD_STAGES]
     if "--k" in argv:
         i = argv.index("--k")
         K = int(argv[i + 1])

@@ -395,9 +395,9 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
         assert torch.equal(got.cpu(), decode_topk_ref(x, lens, k)), k
 
 
-@pytest.mark.parametrize("strided", [False, True])
+@pytest.mark.parametrize("strided, stages", [(False, 1), (True, 1), (False, 3)])
 @pytest.mark.parametrize("log_r, lists", [(1, True), (2, True), (1, False)])
-def test_folded_spans(log_r, lists, strided, device, monkeypatch):
+def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     """Many-row grids fold R chunks per group-maxima program and collect a row of more than
     ``list_programs`` chunks from the threshold's lists of active segments (one per region of
     LIST_REGION segments, spans strided over those programs a row), a shorter one a
@@ -406,14 +406,17 @@ def test_folded_spans(log_r, lists, strided, device, monkeypatch):
     strided loop runs and rows of 1-2 chunks are collected by chunk; at R = 4, 1 program a
     row: rows of 1 chunk by chunk, the rest listed, looping). ``strided``: the group maxima
     fold chunks p, p + n_p, ... (``config.strided_fold``), the threshold's group counts
-    follow. ``lists`` False: the grids of ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS``
-    programs, folded by 2 and collected a chunk a program, every row (no lists)."""
+    follow. ``stages`` 3: the spans fold software-pipelined (``config.fold_stages``, 1M-column
+    rows: each chunk as two tiles of its segments' halves). ``lists`` False: the grids of
+    ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS`` programs, folded by 2 and collected a chunk
+    a program, every row (no lists)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
     monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: lists)
     monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks, k: strided)
+    monkeypatch.setattr(_triton, "fold_stages", lambda n_chunks, lg: stages)
     monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
     monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)
     gen = torch.Generator().manual_seed(log_r)

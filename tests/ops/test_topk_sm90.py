@@ -7,7 +7,7 @@ _COMPILE_SM90 = r'''
 import json
 from dsv4_decode.utils.sm90 import spill_stores
 from dsv4_decode.ops.topk import _triton as K
-from dsv4_decode.ops.topk.config import NSEG, TopkConfig
+from dsv4_decode.ops.topk.config import FOLD_STAGES, NSEG, TopkConfig
 
 
 def build(fn, const, num_warps, pdl=True, maxnreg=0):  # on sm_90+ every launch is dependent
@@ -26,7 +26,7 @@ for k in (512, 2048):  # plain mode's kernels (block mode: the radix select belo
     rs = K.LIST_REGION * c.nseg // NSEG  # listed grids' segments: c.nseg a chunk (as launch)
     # fused only for k <= 512; folded grids with and without the pipelined fold, and strided
     for log_r, fuse, st, sd in ((0, k <= 512, 1, 0), (3, False, 1, 0),
-                                (3, False, K.FOLD_STAGES, 0), (3, False, 1, 1)):
+                                (3, False, FOLD_STAGES, 0), (3, False, 1, 1)):
         spans = dict(LMAX=c.lmax, TARGET=c.target, GROUPS=c.groups, R=1 << log_r, LOG_R=log_r,
                      STRIDED=sd)
         out[f"gmax-k{k}-R{1 << log_r}-fuse{fuse}-stages{st}-strided{sd}"] = build(

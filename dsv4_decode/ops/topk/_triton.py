@@ -67,10 +67,10 @@ from ._words import (
 from .config import (
     COLLECT_MAXNREG,
     FOLD2_MAXNREG,
-    FOLD_STAGES,
     LIST_REGION,
     NSEG,
     WARPS,
+    fold_stages,
     list_programs,
     listed,
     row_ptx,
@@ -193,6 +193,31 @@ def _chunk_words(x_row, c, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
 
 
 @triton.jit
+def _chunk_half(x_row, c, h, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+                MASKED: tl.constexpr):
+    """Half h (0, 1) of every segment of chunk c: a [NSEG, W / 2] tile of words (W = CHUNK /
+    NSEG / 2). The two halves are separate tiles of one layout, so a thread holds the same
+    words of both: a segment's maximum is one elementwise maximum, then half as many lanes as
+    a ``_chunk_words`` tile's (one value a thread, one shuffle level fewer); ``_halves_words``
+    puts the words back in order."""
+    H: tl.constexpr = CHUNK // NSEG // 4
+    w = (c * (CHUNK // 2) + h * H + tl.arange(0, NSEG)[:, None] * (2 * H)
+         + tl.arange(0, H)[None, :])
+    x32 = x_row.to(tl.pointer_type(tl.int32))
+    if MASKED:
+        u = _mask_words(w, tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0), len_e)
+    else:
+        u = tl.load(x32 + w)
+    return u
+
+
+@triton.jit
+def _halves_words(a, b):
+    """Two ``_chunk_half`` tiles (halves 0 and 1) as one [NSEG, W] tile of words in row order."""
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), [a.shape[0], 2 * a.shape[1]])
+
+
+@triton.jit
 def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
                     TWIN: tl.constexpr):
     """key1 maxima of the contiguous segments of ``v`` (``_chunk_words`` of chunks c0..; 0 for
@@ -217,12 +242,19 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
     [2, ...] tile their axis fell across lanes: shuffles)."""
     W: tl.constexpr = CHUNK // NSEG // 2
     acc = tl.full([NSEG, W], NEG_WORD, tl.int32)
-    if STAGES > 1:
+    if STAGES > 1:  # segment halves: a segment's maximum in one thread's two vectors
+        acc_a = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
+        acc_b = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
         for r in tl.range(0, R, num_stages=STAGES):
-            v = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
+            va = _chunk_half(x_row, p * R + r, 0, len_e, CHUNK, NSEG, MASKED)
+            vb = _chunk_half(x_row, p * R + r, 1, len_e, CHUNK, NSEG, MASKED)
             if SEGS:
-                _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
-            acc = _wmax2(acc, tl.reshape(v, [NSEG, W]), TWIN)
+                i = (p * R + r) * NSEG + tl.arange(0, NSEG)
+                k = _word_key1(_wmax(_wmax2(va, vb, TWIN), 1, TWIN), TWIN)
+                tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
+            acc_a = _wmax2(acc_a, va, TWIN)
+            acc_b = _wmax2(acc_b, vb, TWIN)
+        acc = _halves_words(acc_a, acc_b)
     elif R == 1:  # unfolded grids' rows long enough for the level (LOG_R = 0)
         v = _chunk_words(x_row, p, len_e, CHUNK, NSEG, MASKED)
         if SEGS:
@@ -766,7 +798,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,
-        STAGES=FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1,
+        STAGES=fold_stages(n_chunks, log_r),
         maxnreg=FOLD2_MAXNREG if log_r == 1 and k <= 512 else None,  # one wave at 1,536
         NSEG=nseg, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
         **spans, **common, **dep)

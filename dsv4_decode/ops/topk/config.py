@@ -73,6 +73,12 @@ LIST_REGION = 2048
 # 57.4, 48 x 1M all 47.6 -> 47.1, 64 x 1M 1/8 24.8 -> 23.2; 6 stages were slower than 5 in
 # all three.
 FOLD_STAGES = 5
+
+
+def fold_stages(n_chunks: int, log_r: int) -> int:
+    """Pipeline stages of a group-maxima program that folds R = 2**log_r chunks of a grid of
+    ``n_chunks`` chunks a row: ``FOLD_STAGES`` on 1M-column rows folded by R >= 4, else 1."""
+    return FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1
 # Warps a CTA of each ``_triton`` kernel (``scripts/topk_warps.py`` times other choices in one
 # process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
