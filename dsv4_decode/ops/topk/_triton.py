@@ -230,6 +230,15 @@ def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr
 
 
 @triton.jit
+def _store_halves(v0, v1, s_row, c, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
+                  TWIN: tl.constexpr):
+    """``_store_segments`` of chunk c from its two ``_chunk_half`` tiles."""
+    i = c * NSEG + tl.arange(0, NSEG)
+    k = _word_key1(_wmax(_wmax2(v0, v1, TWIN), 1, TWIN), TWIN)
+    tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
+
+
+@triton.jit
 def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
                CHUNK: tl.constexpr, NSEG: tl.constexpr, MASKED: tl.constexpr,
                SEGS: tl.constexpr, TWIN: tl.constexpr):
@@ -238,37 +247,45 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
     software-pipelined (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no
     register cost), for busy grids; STAGES == 1: two chunks an iteration, both loads in
     flight, no pipeline (``config.FOLD_STAGES`` says where each wins), or the one chunk at
-    R = 1. The chunks are separate tiles of one layout, so folding them is elementwise (as one
-    [2, ...] tile their axis fell across lanes: shuffles)."""
+    R = 1. R > 1 loads each chunk as the two tiles of its segments' halves (``_chunk_half``).
+    Separate tiles of one layout fold elementwise (as one [2, ...] tile their axis fell
+    across lanes: shuffles)."""
     W: tl.constexpr = CHUNK // NSEG // 2
-    acc = tl.full([NSEG, W], NEG_WORD, tl.int32)
-    if STAGES > 1:  # segment halves: a segment's maximum in one thread's two vectors
-        acc_a = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
-        acc_b = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
-        for r in tl.range(0, R, num_stages=STAGES):
-            va = _chunk_half(x_row, p * R + r, 0, len_e, CHUNK, NSEG, MASKED)
-            vb = _chunk_half(x_row, p * R + r, 1, len_e, CHUNK, NSEG, MASKED)
-            if SEGS:
-                i = (p * R + r) * NSEG + tl.arange(0, NSEG)
-                k = _word_key1(_wmax(_wmax2(va, vb, TWIN), 1, TWIN), TWIN)
-                tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
-            acc_a = _wmax2(acc_a, va, TWIN)
-            acc_b = _wmax2(acc_b, vb, TWIN)
-        acc = _halves_words(acc_a, acc_b)
-    elif R == 1:  # unfolded grids' rows long enough for the level (LOG_R = 0)
+    if R == 1:  # unfolded grids' rows long enough for the level (LOG_R = 0)
         v = _chunk_words(x_row, p, len_e, CHUNK, NSEG, MASKED)
         if SEGS:
             _store_segments(v, s_row, p, len_e, CHUNK, NSEG, TWIN)
         acc = tl.reshape(v, [NSEG, W])
+    elif R == 2 and STAGES == 1:  # whole chunks: the halves' order costs more than it saves
+        va = _chunk_words(x_row, p * 2, len_e, CHUNK, NSEG, MASKED)
+        vb = _chunk_words(x_row, p * 2 + 1, len_e, CHUNK, NSEG, MASKED)
+        if SEGS:
+            _store_segments(va, s_row, p * 2, len_e, CHUNK, NSEG, TWIN)
+            _store_segments(vb, s_row, p * 2 + 1, len_e, CHUNK, NSEG, TWIN)
+        acc = _wmax2(tl.reshape(va, [NSEG, W]), tl.reshape(vb, [NSEG, W]), TWIN)
     else:
-        for r in range(0, R, 2):
-            va = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
-            vb = _chunk_words(x_row, p * R + r + 1, len_e, CHUNK, NSEG, MASKED)
-            if SEGS:
-                _store_segments(va, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
-                _store_segments(vb, s_row, p * R + r + 1, len_e, CHUNK, NSEG, TWIN)
-            v = _wmax2(tl.reshape(va, [NSEG, W]), tl.reshape(vb, [NSEG, W]), TWIN)
-            acc = _wmax2(acc, v, TWIN)
+        acc0 = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
+        acc1 = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
+        if STAGES > 1:
+            for r in tl.range(0, R, num_stages=STAGES):
+                v0 = _chunk_half(x_row, p * R + r, 0, len_e, CHUNK, NSEG, MASKED)
+                v1 = _chunk_half(x_row, p * R + r, 1, len_e, CHUNK, NSEG, MASKED)
+                if SEGS:
+                    _store_halves(v0, v1, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
+                acc0 = _wmax2(acc0, v0, TWIN)
+                acc1 = _wmax2(acc1, v1, TWIN)
+        else:
+            for r in range(0, R, 2):
+                a0 = _chunk_half(x_row, p * R + r, 0, len_e, CHUNK, NSEG, MASKED)
+                a1 = _chunk_half(x_row, p * R + r, 1, len_e, CHUNK, NSEG, MASKED)
+                b0 = _chunk_half(x_row, p * R + r + 1, 0, len_e, CHUNK, NSEG, MASKED)
+                b1 = _chunk_half(x_row, p * R + r + 1, 1, len_e, CHUNK, NSEG, MASKED)
+                if SEGS:
+                    _store_halves(a0, a1, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
+                    _store_halves(b0, b1, s_row, p * R + r + 1, len_e, CHUNK, NSEG, TWIN)
+                acc0 = _wmax2(acc0, _wmax2(a0, b0, TWIN), TWIN)
+                acc1 = _wmax2(acc1, _wmax2(a1, b1, TWIN), TWIN)
+        acc = _halves_words(acc0, acc1)
     return acc
 
 
