@@ -235,7 +235,13 @@ def _store_halves(v0, v1, s_row, c, len_e, CHUNK: tl.constexpr, NSEG: tl.constex
     """``_store_segments`` of chunk c from its two ``_chunk_half`` tiles."""
     i = c * NSEG + tl.arange(0, NSEG)
     k = _word_key1(_wmax(_wmax2(v0, v1, TWIN), 1, TWIN), TWIN)
-    tl.store(s_row + i, tl.where(i * (CHUNK // NSEG) < len_e, k, 0))
+    k = tl.where(i * (CHUNK // NSEG) < len_e, k, 0)
+    if TWIN:
+        tl.store(s_row + i, k)
+    else:  # from every lane holding it (the same value, one address): tl.store would first
+        # move the reduction's result through shared memory, behind a CTA barrier
+        tl.inline_asm_elementwise("st.global.b32 [$1], $2; mov.b32 $0, 0;", "=r,l,r",
+                                  [s_row + i, k], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -247,23 +253,14 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
     software-pipelined (``cp.async`` to shared memory, STAGES - 1 chunks in flight at no
     register cost), for busy grids; STAGES == 1: two chunks an iteration, both loads in
     flight, no pipeline (``config.FOLD_STAGES`` says where each wins), or the one chunk at
-    R = 1. R > 1 loads each chunk as the two tiles of its segments' halves (``_chunk_half``).
-    Separate tiles of one layout fold elementwise (as one [2, ...] tile their axis fell
-    across lanes: shuffles)."""
+    R = 1. Separate tiles of one layout fold elementwise (as one [2, ...] tile their axis fell
+    across lanes: shuffles). At R >= 4 a chunk of segments of at least 128 columns is loaded
+    as the two tiles of its segments' halves (``_chunk_half``): H200, session 35, -0.4 to -1.2
+    µs at k = 512 on 256K-1M rows; not at R = 2 (the halves' order made the group maxima
+    cost more and spilled under ``FOLD2_MAXNREG``) nor on segments of 64 columns (k = 2,048:
+    +2 µs at 48-64 x 1M, half-line tiles)."""
     W: tl.constexpr = CHUNK // NSEG // 2
-    if R == 1:  # unfolded grids' rows long enough for the level (LOG_R = 0)
-        v = _chunk_words(x_row, p, len_e, CHUNK, NSEG, MASKED)
-        if SEGS:
-            _store_segments(v, s_row, p, len_e, CHUNK, NSEG, TWIN)
-        acc = tl.reshape(v, [NSEG, W])
-    elif R == 2 and STAGES == 1:  # whole chunks: the halves' order costs more than it saves
-        va = _chunk_words(x_row, p * 2, len_e, CHUNK, NSEG, MASKED)
-        vb = _chunk_words(x_row, p * 2 + 1, len_e, CHUNK, NSEG, MASKED)
-        if SEGS:
-            _store_segments(va, s_row, p * 2, len_e, CHUNK, NSEG, TWIN)
-            _store_segments(vb, s_row, p * 2 + 1, len_e, CHUNK, NSEG, TWIN)
-        acc = _wmax2(tl.reshape(va, [NSEG, W]), tl.reshape(vb, [NSEG, W]), TWIN)
-    else:
+    if R >= 4 and CHUNK // NSEG >= 128:  # segments' halves
         acc0 = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
         acc1 = tl.full([NSEG, W // 2], NEG_WORD, tl.int32)
         if STAGES > 1:
@@ -286,6 +283,28 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
                 acc0 = _wmax2(acc0, _wmax2(a0, b0, TWIN), TWIN)
                 acc1 = _wmax2(acc1, _wmax2(a1, b1, TWIN), TWIN)
         acc = _halves_words(acc0, acc1)
+    else:  # whole chunks
+        acc = tl.full([NSEG, W], NEG_WORD, tl.int32)
+        if STAGES > 1:
+            for r in tl.range(0, R, num_stages=STAGES):
+                v = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
+                if SEGS:
+                    _store_segments(v, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
+                acc = _wmax2(acc, tl.reshape(v, [NSEG, W]), TWIN)
+        elif R == 1:  # unfolded grids' rows long enough for the level (LOG_R = 0)
+            v = _chunk_words(x_row, p, len_e, CHUNK, NSEG, MASKED)
+            if SEGS:
+                _store_segments(v, s_row, p, len_e, CHUNK, NSEG, TWIN)
+            acc = tl.reshape(v, [NSEG, W])
+        else:
+            for r in range(0, R, 2):
+                va = _chunk_words(x_row, p * R + r, len_e, CHUNK, NSEG, MASKED)
+                vb = _chunk_words(x_row, p * R + r + 1, len_e, CHUNK, NSEG, MASKED)
+                if SEGS:
+                    _store_segments(va, s_row, p * R + r, len_e, CHUNK, NSEG, TWIN)
+                    _store_segments(vb, s_row, p * R + r + 1, len_e, CHUNK, NSEG, TWIN)
+                v = _wmax2(tl.reshape(va, [NSEG, W]), tl.reshape(vb, [NSEG, W]), TWIN)
+                acc = _wmax2(acc, v, TWIN)
     return acc
 
 
