@@ -257,7 +257,7 @@ def _fold_span(x_row, p, len_e, s_row, R: tl.constexpr, STAGES: tl.constexpr,
     flight, no pipeline (``config.FOLD_STAGES`` says where each wins), or the one chunk at
     R = 1. Separate tiles of one layout fold elementwise (as one [2, ...] tile their axis fell
     across lanes: shuffles). At R >= 4 a chunk of segments of at least 128 columns is loaded
-    as the two tiles of its segments' halves (``_chunk_half``): H200, session 35, -0.4 to -1.2
+    as the two tiles of its segments' halves (``_chunk_half``): H200, session 35, -0.3 to -1.0
     µs at k = 512 on 256K-1M rows; not at R = 2 (the halves' order made the group maxima
     cost more and spilled under ``FOLD2_MAXNREG``) nor on segments of 64 columns (k = 2,048:
     +2 µs at 48-64 x 1M, half-line tiles)."""
