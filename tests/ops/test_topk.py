@@ -407,9 +407,9 @@ def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     row: rows of 1 chunk by chunk, the rest listed, looping). ``strided``: the group maxima
     fold chunks p, p + n_p, ... (``config.strided_fold``), the threshold's group counts
     follow. ``stages`` 3: the spans fold software-pipelined (``config.fold_stages``, 1M-column
-    rows: each chunk as two tiles of its segments' halves). ``lists`` False: the grids of
-    ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS`` programs, folded by 2 and collected a chunk
-    a program, every row (no lists)."""
+    rows); from R = 4 either fold loads each chunk as two tiles of its segments' halves.
+    ``lists`` False: the grids of ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS`` programs,
+    folded by 2 and collected a chunk a program, every row (no lists)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")

@@ -184,8 +184,15 @@ def _chunk_words(x_row, c, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
     W: tl.constexpr = CHUNK // NSEG // 2
     w = ((c + tl.arange(0, 1))[:, None, None] * (CHUNK // 2)
          + tl.arange(0, NSEG)[None, :, None] * W + tl.arange(0, W)[None, None, :])
+    return _load_words(x_row, w, len_e, MASKED)
+
+
+@triton.jit
+def _load_words(x_row, w, len_e, MASKED: tl.constexpr):
+    """The row's words w, -inf in the halves past the length (MASKED: per 8 columns, 16-byte
+    vectors, then per column)."""
     x32 = x_row.to(tl.pointer_type(tl.int32))
-    if MASKED:  # masked per 8 columns (16-byte vectors), then per column
+    if MASKED:
         u = _mask_words(w, tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0), len_e)
     else:
         u = tl.load(x32 + w)
@@ -203,12 +210,7 @@ def _chunk_half(x_row, c, h, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
     H: tl.constexpr = CHUNK // NSEG // 4
     w = (c * (CHUNK // 2) + h * H + tl.arange(0, NSEG)[:, None] * (2 * H)
          + tl.arange(0, H)[None, :])
-    x32 = x_row.to(tl.pointer_type(tl.int32))
-    if MASKED:
-        u = _mask_words(w, tl.load(x32 + w, mask=(w // 4) * 8 < len_e, other=0), len_e)
-    else:
-        u = tl.load(x32 + w)
-    return u
+    return _load_words(x_row, w, len_e, MASKED)
 
 
 @triton.jit
@@ -233,8 +235,8 @@ def _store_segments(v, s_row, c0, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr
 def _store_halves(v0, v1, s_row, c, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
                   INLINE: tl.constexpr, TWIN: tl.constexpr):
     """``_store_segments`` of chunk c from its two ``_chunk_half`` tiles. INLINE (sm_90+, the
-    pipelined fold: H200, session 35, -0.1 to -0.45 µs at 24-64 x 1M; the unpipelined fold's
-    form with it was not measured) stores from the reduction's own lanes."""
+    pipelined fold: H200, session 35, -0.1 to -0.45 µs at 24-64 x 1M; in the unpipelined fold
+    -0.2 / +0.7 µs at 64 / 48 x 256K on an H100) stores from the reduction's own lanes."""
     i = c * NSEG + tl.arange(0, NSEG)
     k = _word_key1(_wmax(_wmax2(v0, v1, TWIN), 1, TWIN), TWIN)
     k = tl.where(i * (CHUNK // NSEG) < len_e, k, 0)

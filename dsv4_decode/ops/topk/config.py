@@ -79,6 +79,8 @@ def fold_stages(n_chunks: int, log_r: int) -> int:
     """Pipeline stages of a group-maxima program that folds R = 2**log_r chunks of a grid of
     ``n_chunks`` chunks a row: ``FOLD_STAGES`` on 1M-column rows folded by R >= 4, else 1."""
     return FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1
+
+
 # Warps a CTA of each ``_triton`` kernel (``scripts/topk_warps.py`` times other choices in one
 # process).
 WARPS = {"group_max": 4, "threshold": 8, "collect": 4, "select": 8}
