@@ -24,6 +24,7 @@ K = 512
 BASE = dict(_triton.WARPS)
 VARIANTS = {"default": {}, "select4": {"select": 4}, "select16": {"select": 16},
             "thr4": {"threshold": 4}, "thr16": {"threshold": 16}, "collect8": {"collect": 8},
+            "collect2": {"collect": 2},
             "gmax8": {"group_max": 8}, "sel16thr16": {"select": 16, "threshold": 16},
             "sel16col8": {"select": 16, "collect": 8}}
 

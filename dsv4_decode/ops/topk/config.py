@@ -65,7 +65,7 @@ FOLD2_MAXNREG = 40
 # 1M row; each computes T0 too: at 1,024, 8 programs a row, the threshold took 10.3 µs at
 # 64 x 1M, against 3.3 for T0 alone). A region spans the same chunks at ``TopkConfig.nseg``.
 LIST_REGION = 2048
-# Pipeline stages of a folding group-maxima program (``_triton._fold_span``) on 1M-column
+# Pipeline stages of a folding group-maxima program (``_fold._fold_span``) on 1M-column
 # grids folded by R >= 4. Session 21 (runs 2-5): 64 x 1M all 84.3 -> 78.5 µs, 48 x 1M
 # 66.9 -> 63.2; +2.3 at 64 x 1M 1/8, +1.2 to +1.8 at 1/8 on 256K-512K rows (plain loop
 # there; session 22, run 5, on 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2). 5
