@@ -16,7 +16,8 @@ the last became the collect's span); ``file:PATH`` the four launches of another
 ``_triton.py`` (an earlier commit's: ``git show REV:dsv4_decode/ops/topk/_triton.py >
 PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of another ``_row.py``; ``nseg-N`` the
 four launches with a listed grid's segments of 2,048 / N columns (``TopkConfig.nseg = N``;
-8cab489's ``nseg-N-RS`` set ``NSEG`` and ``LIST_REGION``).
+8cab489's ``nseg-N-RS`` set ``NSEG`` and ``LIST_REGION``); ``stages-S-C`` and ``lp-N-M`` the
+four launches under another fold-pipeline or listed-collect rule (``rule_launch``).
 Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20
 replays, as ``bench topk``), after every variant's output was compared bitwise with the
 first's; ``--kernels`` then prints each variant's per-kernel profiler table
@@ -34,7 +35,7 @@ from dsv4_decode.bench import topk as TB
 from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
-from dsv4_decode.ops.topk.config import CHUNK_PROGRAMS, span_log2
+from dsv4_decode.ops.topk.config import CHUNK_PROGRAMS, list_programs, span_log2
 from dsv4_decode.utils.module_copy import load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
@@ -63,6 +64,8 @@ def runner(name):
             x16, lengths, out, ws, replace(cfg, nseg=n), k)
     if name.startswith("chunks-nolist-"):
         return nolist_launch(int(name.split("-")[2]))
+    if name.startswith(("stages-", "lp-")):
+        return rule_launch(name)
     _, warps, tile = name.split("-")
 
     def launch(*args):
@@ -90,6 +93,22 @@ def nolist_launch(n: int):
         ("    lst = listed(rows, n_chunks)  # large grids collect from segment lists\n",
          f"    lst = log_r > 0 and rows * n_chunks > {n}\n")])
     return load_source(src, f"topk_nolist_{n}", "dsv4_decode.ops.topk").launch
+
+
+def rule_launch(name: str):
+    """``stages-S-C``: a copy of ``_triton`` whose folds of R >= 4 chunks are pipelined with S
+    stages on rows of more than C chunks (``config.fold_stages``: 5 stages above 256);
+    ``lp-N-M``: N listed collect programs a row from M rows (``config.list_programs``: 40 from
+    48 rows, else 64), the other row counts as the rule says."""
+    mod = load_source(open(_triton.__file__).read(), "topk_" + name.replace("-", "_"),
+                      "dsv4_decode.ops.topk")
+    kind, a, b = name.split("-")
+    if kind == "stages":
+        mod.fold_stages = lambda n_chunks, log_r: (int(a) if n_chunks > int(b) and log_r >= 2
+                                                   else 1)
+    else:
+        mod.list_programs = lambda rows: int(a) if rows >= int(b) else list_programs(rows)
+    return mod.launch
 
 
 def cell(variants, rows, cols, valid, k, kernels=False) -> None:
