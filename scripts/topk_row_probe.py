@@ -17,7 +17,9 @@ the last became the collect's span); ``file:PATH`` the four launches of another
 PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of another ``_row.py``; ``nseg-N`` the
 four launches with a listed grid's segments of 2,048 / N columns (``TopkConfig.nseg = N``;
 8cab489's ``nseg-N-RS`` set ``NSEG`` and ``LIST_REGION``); ``stages-S-C`` and ``lp-N-M`` the
-four launches under another fold-pipeline or listed-collect rule (``rule_launch``).
+four launches under another fold-pipeline or listed-collect rule (``rule_launch``);
+``chunks-pf`` the four launches with the threshold prefetching its listed segments into the L2
+(``prefetch_source``).
 Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20
 replays, as ``bench topk``), after every variant's output was compared bitwise with the
 first's; ``--kernels`` then prints each variant's per-kernel profiler table
@@ -66,6 +68,8 @@ def runner(name):
         return nolist_launch(int(name.split("-")[2]))
     if name.startswith(("stages-", "lp-")):
         return rule_launch(name)
+    if name == "chunks-pf":
+        return load_source(prefetch_source(), "topk_pf", "dsv4_decode.ops.topk").launch
     _, warps, tile = name.split("-")
 
     def launch(*args):
@@ -109,6 +113,37 @@ def rule_launch(name: str):
     else:
         mod.list_programs = lambda rows: int(a) if rows >= int(b) else list_programs(rows)
     return mod.launch
+
+
+# ``chunks-pf`` (session 36, prepared without a GPU): the threshold launch asks the L2 for the
+# segments it lists (``prefetch.global.L2`` of their 128-byte lines), so that the listed
+# collect's span loads, two round trips later, read the L2 instead of HBM where the rows are
+# too long to stay there after the fold (1M columns: 128 MB at 64 rows). Results cannot change.
+PF_ASM = ("{ .reg .pred %p; setp.ne.s32 %p, $2, 0; @%p prefetch.global.L2 [$1]; "
+          "@%p prefetch.global.L2 [$1+128]; mov.b32 $0, 0; }")
+
+
+def prefetch_source() -> str:
+    """This tree's ``_triton.py`` with the threshold's prefetch of its listed segments (two
+    lines a segment of 128 columns, one of 64)."""
+    asm = {2: PF_ASM, 1: PF_ASM.replace(" @%p prefetch.global.L2 [$1+128];", "")}
+    pf = (
+        "                SEGB: tl.constexpr = CHUNK // NSEG * 2  # bytes a segment\n"
+        "                xs = x_ptr + row.to(tl.int64) * stride_x + i * (CHUNK // NSEG)\n"
+        "                if SEGB >= 256:\n"
+        f"                    tl.inline_asm_elementwise({asm[2]!r}, \"=r,l,r\",\n"
+        "                        [xs, act.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)\n"
+        "                else:\n"
+        f"                    tl.inline_asm_elementwise({asm[1]!r}, \"=r,l,r\",\n"
+        "                        [xs, act.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)\n")
+    store = "                tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)\n"
+    return patch(open(_triton.__file__).read(), [
+        ("def _threshold_kernel(lengths_ptr,",
+         "def _threshold_kernel(x_ptr, stride_x, lengths_ptr,"),
+        ("        _threshold_kernel[(rows, n_reg)](\n            lengths,",
+         "        _threshold_kernel[(rows, n_reg)](\n            x16, x16.stride(0), lengths,"),
+        (store, store + pf),
+    ])
 
 
 def cell(variants, rows, cols, valid, k, kernels=False) -> None:
