@@ -76,7 +76,7 @@ def load_kernel(path):
 # ``--kernels prefetch`` (session 36, prepared without a GPU): the splits ask the L2 for their
 # records a step or two ahead (``prefetch.global.L2`` of every 128-byte line of a valid record,
 # one address a thread, no replicas), so that the loads they wait on read the L2, not HBM
-# (the benchmark rotates 20 input sets: past the L2 from 8 requests).
+# (the benchmark rotates 20 input sets: past the L2 from about 8 requests, by the shapes).
 # - Index list: the one-stage staging's copies of step i + 1 are issued mid-step i. The
 #   prologue asks for step 1's records; step i, after its products, for step i + 2's (index
 #   loaded at step i - 1 in the prefetch's own row layout, an L1 hit beside the copies' load;
