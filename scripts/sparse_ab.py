@@ -34,7 +34,7 @@ from dsv4_decode.ops.sparse_attn import (
     wgmma_config,
 )
 from dsv4_decode.ops.sparse_attn import _triton as launcher
-from dsv4_decode.utils.module_copy import load_file, load_source, patch
+from dsv4_decode.utils.module_copy import PREFETCH_L2, load_file, load_source, patch
 
 CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
 
@@ -84,7 +84,10 @@ def load_kernel(path):
 # - Window: step i's records are loaded into registers at its top, all latency exposed; step i
 #   asks for step i + 1's once its own loads are issued (their addresses need no load).
 # Results cannot change: bitwise equal to the tree's.
-PREFETCH_HELPERS = '''
+PREFETCH_HELPERS = f'''
+PREFETCH_L2 = gl.constexpr({PREFETCH_L2!r})
+
+
 @gluon.constexpr_function
 def _prefetch_layout(probes, warps):
     """[64 records, probes]: one address a thread, no replicas."""
@@ -112,8 +115,7 @@ def _prefetch_records(base_ptr, rec, valid, NBYTES: gl.constexpr):
     addr = base_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(o, 0).to(gl.int64)
     ok = gl.expand_dims(valid, 1) & gl.expand_dims(o >= 0, 0)
     gl.inline_asm_elementwise(
-        "{ .reg .pred %p; setp.ne.s32 %p, $2, 0; @%p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-        "=r,l,r", [addr, ok.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
+        PREFETCH_L2, "=r,l,r", [addr, ok.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
 
 
 '''

@@ -38,7 +38,7 @@ from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
 from dsv4_decode.ops.topk.config import CHUNK_PROGRAMS, list_programs, span_log2
-from dsv4_decode.utils.module_copy import load_file, load_source, patch
+from dsv4_decode.utils.module_copy import PREFETCH_L2, load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
          for r in (1, 6, 12, 24, 48, 64)]
@@ -119,23 +119,15 @@ def rule_launch(name: str):
 # segments it lists (``prefetch.global.L2`` of their 128-byte lines), so that the listed
 # collect's span loads, two round trips later, read the L2 instead of HBM where the rows are
 # too long to stay there after the fold (1M columns: 128 MB at 64 rows). Results cannot change.
-PF_ASM = ("{ .reg .pred %p; setp.ne.s32 %p, $2, 0; @%p prefetch.global.L2 [$1]; "
-          "@%p prefetch.global.L2 [$1+128]; mov.b32 $0, 0; }")
-
-
 def prefetch_source() -> str:
     """This tree's ``_triton.py`` with the threshold's prefetch of its listed segments (two
     lines a segment of 128 columns, one of 64)."""
-    asm = {2: PF_ASM, 1: PF_ASM.replace(" @%p prefetch.global.L2 [$1+128];", "")}
     pf = (
-        "                SEGB: tl.constexpr = CHUNK // NSEG * 2  # bytes a segment\n"
         "                xs = x_ptr + row.to(tl.int64) * stride_x + i * (CHUNK // NSEG)\n"
-        "                if SEGB >= 256:\n"
-        f"                    tl.inline_asm_elementwise({asm[2]!r}, \"=r,l,r\",\n"
-        "                        [xs, act.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)\n"
-        "                else:\n"
-        f"                    tl.inline_asm_elementwise({asm[1]!r}, \"=r,l,r\",\n"
-        "                        [xs, act.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)\n")
+        "                for h in tl.static_range(0, CHUNK // NSEG, 64):  # a line a 64 columns\n"
+        f"                    tl.inline_asm_elementwise({PREFETCH_L2!r}, \"=r,l,r\",\n"
+        "                        [xs + h, act.to(tl.int32)], dtype=tl.int32, is_pure=False,\n"
+        "                        pack=1)\n")
     store = "                tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)\n"
     return patch(open(_triton.__file__).read(), [
         ("def _threshold_kernel(lengths_ptr,",
