@@ -102,8 +102,8 @@ def nolist_launch(n: int):
 def rule_launch(name: str):
     """``stages-S-C``: a copy of ``_triton`` whose folds of R >= 4 chunks are pipelined with S
     stages on rows of more than C chunks (``config.fold_stages``: 5 stages above 256);
-    ``lp-N-M``: N listed collect programs a row from M rows (``config.list_programs``: 40 from
-    48 rows, else 64), the other row counts as the rule says."""
+    ``lp-N-M``: N listed collect programs a row from M rows (``config.list_programs``: 32 from
+    64 rows, 40 from 48, else 64), the other row counts as the rule says."""
     mod = load_source(open(_triton.__file__).read(), "topk_" + name.replace("-", "_"),
                       "dsv4_decode.ops.topk")
     kind, a, b = name.split("-")

@@ -121,10 +121,14 @@ ROW_ROWS = 48
 # ~39-46 spans, and the programs past a row's spans are waves of CTAs that only exit (session
 # 22, run 8, 40 against 64 programs: 64 x 1M all 61.5 -> 58.8 µs, 48 x 1M all 49.5 -> 48.5,
 # 64 x 256K all 34.3 -> 33.6; at fewer rows the loops cost more: 12 x 1M all +1.4, and
-# 24 x 1M 1/8 +1.6, whose 64-chunk rows are listed then).
+# 24 x 1M 1/8 +1.6, whose 64-chunk rows are listed then). From LIST_MOST_ROWS rows
+# LIST_PROGRAMS_MOST: 64 x 1M all -0.48 µs on the H200 (sessions 28 and 29), -0.77 on an H100
+# (session 37); at 48 rows 32 programs cost +0.2 at 256K and 1M all (session 29).
 LIST_PROGRAMS = 64
 LIST_PROGRAMS_MANY = 40
 LIST_MANY_ROWS = 48
+LIST_PROGRAMS_MOST = 32
+LIST_MOST_ROWS = 64
 
 
 def listed(rows: int, n_chunks: int) -> bool:
@@ -136,6 +140,8 @@ def listed(rows: int, n_chunks: int) -> bool:
 
 def list_programs(rows: int) -> int:
     """Collect programs a row of a folded plain-mode grid of ``rows`` rows."""
+    if rows >= LIST_MOST_ROWS:
+        return LIST_PROGRAMS_MOST
     return LIST_PROGRAMS_MANY if rows >= LIST_MANY_ROWS else LIST_PROGRAMS
 
 
