@@ -1,10 +1,10 @@
 """``dsv4-decode bench plot``: the results CSVs as PNG charts (ours vs baselines vs floor).
 
 For each ``<op>.csv`` one horizontal bar chart: a group of bars per case (the latest row of each
-implementation on the chosen GPU; the legend names the commits they come from), a tick for the
-byte floor, log-scaled microseconds. For ``topk.csv`` also ``topk_goals.png``: the issue's
-48-cell k = 512 goal table as a grid, each cell ours / goal (green at or below the goal, red
-above) with both numbers written in it.
+implementation on one GPU, by default the one with the most rows; the legend names the commits
+they come from), a tick for the byte floor, log-scaled microseconds. For ``topk.csv`` also
+``topk_goals.png``: the issue's 48-cell k = 512 goal table as a grid, each cell ours / goal
+(green at or below the goal, red above) with both numbers written in it.
 Needs matplotlib (``pip install dsv4_decode[plot]``).
 """
 
@@ -18,12 +18,18 @@ from dsv4_decode.bench.results import RESULTS_DIR
 
 
 def latest_rows(path: Path, gpu: str | None = None) -> dict[str, dict[str, dict]]:
-    """``case -> impl -> row`` keeping the last row per (case, impl), optionally for one GPU."""
-    table: dict[str, dict[str, dict]] = {}
+    """``case -> impl -> row`` keeping the last row per (case, impl) measured on ``gpu``; by
+    default on the GPU with the most rows in the file, so that one chart (and the goal grid,
+    whose goals are one GPU's) never mixes cards: a later run on another GPU does not replace
+    a cell's number."""
     with path.open() as f:
-        for row in csv.DictReader(f):
-            if gpu and row["gpu"] != gpu:
-                continue
+        rows = list(csv.DictReader(f))
+    if gpu is None and rows:
+        names = [row["gpu"] for row in rows]
+        gpu = max(dict.fromkeys(names), key=names.count)
+    table: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row["gpu"] == gpu:
             table.setdefault(row["case"], {})[row["impl"]] = row
     return table
 
@@ -120,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dsv4-decode bench plot", description=__doc__)
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="folder of <op>.csv files")
     p.add_argument("--out", type=Path, default=None, help="where PNGs go (default: --results)")
-    p.add_argument("--gpu", default=None, help="only rows measured on this GPU name")
+    p.add_argument("--gpu", default=None, help="plot the rows measured on this GPU name "
+                   "(default: the GPU with the most rows in each CSV)")
     args = p.parse_args(argv)
     out_dir = args.out or args.results
     out_dir.mkdir(parents=True, exist_ok=True)
