@@ -406,8 +406,9 @@ def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     strided loop runs and rows of 1-2 chunks are collected by chunk; at R = 4, 1 program a
     row: rows of 1 chunk by chunk, the rest listed, looping). ``strided``: the group maxima
     fold chunks p, p + n_p, ... (``config.strided_fold``), the threshold's group counts
-    follow. ``stages`` 3: the spans fold software-pipelined (``config.fold_stages``, 1M-column
-    rows); from R = 4 either fold loads each chunk as two tiles of its segments' halves.
+    follow. ``stages`` 3: the spans fold software-pipelined (``config.fold_stages``: 1M-column
+    rows, 256K-512K ones from 64 rows); from R = 4 either fold loads each chunk as two tiles
+    of its segments' halves.
     ``lists`` False: the grids of ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS`` programs,
     folded by 2 and collected a chunk a program, every row (no lists)."""
     from dsv4_decode.ops.topk import _triton
@@ -416,7 +417,7 @@ def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
     monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: lists)
     monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks, k: strided)
-    monkeypatch.setattr(_triton, "fold_stages", lambda n_chunks, lg: stages)
+    monkeypatch.setattr(_triton, "fold_stages", lambda rows, n_chunks, lg: stages)
     monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
     monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)
     gen = torch.Generator().manual_seed(log_r)
@@ -767,6 +768,17 @@ def test_gpu_row_path_forced(kind, rows, cols, k, monkeypatch):
     lens = make_lengths("edges", rows, cols, k, gen).cuda()
     got = decode_topk(x, lens, k)
     assert torch.equal(got, decode_topk_ref(x, lens, k))
+
+
+def test_many_row_rules():
+    """The row-count rules of folded grids: listed collect programs a row (64, 40 from 48
+    rows, 32 from 64) and the pipelined fold (R >= 4 on rows of more than 256 chunks, or of
+    more than 64 from 64 rows)."""
+    from dsv4_decode.ops.topk.config import fold_stages, list_programs
+
+    assert [list_programs(r) for r in (1, 47, 48, 63, 64, 192)] == [64, 64, 40, 40, 32, 32]
+    assert fold_stages(6, 512, 2) == fold_stages(64, 128, 3) == fold_stages(64, 65, 2) == 5
+    assert fold_stages(6, 512, 1) == fold_stages(48, 128, 3) == fold_stages(64, 64, 3) == 1
 
 
 def test_cluster_ctas_rule():

@@ -624,7 +624,7 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,
-        STAGES=fold_stages(n_chunks, log_r),
+        STAGES=fold_stages(rows, n_chunks, log_r),
         maxnreg=FOLD2_MAXNREG if log_r == 1 and k <= 512 else None,  # one wave at 1,536
         NSEG=nseg, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
         **spans, **common, **dep)

@@ -71,14 +71,20 @@ LIST_REGION = 2048
 # there; session 22, run 5, on 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2). 5
 # stages, not 4, since the packed maxima (session 24, run 4, R = 8): 64 x 1M all 57.9 ->
 # 57.4, 48 x 1M all 47.6 -> 47.1, 64 x 1M 1/8 24.8 -> 23.2; 6 stages were slower than 5 in
-# all three.
+# all three. From FOLD_STAGES_ROWS rows on 256K-512K rows too (session 37, two H100 runs,
+# same process): 64 x 256K all -0.6 / -1.0, 1/8 -0.5 / -0.4, 64 x 512K within 0.1; at 48
+# rows it lost (256K all +1.3, 512K all +1.0), so not below.
 FOLD_STAGES = 5
+FOLD_STAGES_ROWS = 64
 
 
-def fold_stages(n_chunks: int, log_r: int) -> int:
+def fold_stages(rows: int, n_chunks: int, log_r: int) -> int:
     """Pipeline stages of a group-maxima program that folds R = 2**log_r chunks of a grid of
-    ``n_chunks`` chunks a row: ``FOLD_STAGES`` on 1M-column rows folded by R >= 4, else 1."""
-    return FOLD_STAGES if n_chunks > 256 and log_r >= 2 else 1
+    ``rows`` rows of ``n_chunks`` chunks: ``FOLD_STAGES`` where it folds by R >= 4 on
+    1M-column rows, or on rows of more than 64 chunks (128K columns) from
+    ``FOLD_STAGES_ROWS`` rows; else 1."""
+    long_rows = n_chunks > 256 or (n_chunks > 64 and rows >= FOLD_STAGES_ROWS)
+    return FOLD_STAGES if long_rows and log_r >= 2 else 1
 
 
 # Warps a CTA of each ``_triton`` kernel (``scripts/topk_warps.py`` times other choices in one
