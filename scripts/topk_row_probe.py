@@ -19,7 +19,8 @@ four launches with a listed grid's segments of 2,048 / N columns (``TopkConfig.n
 8cab489's ``nseg-N-RS`` set ``NSEG`` and ``LIST_REGION``); ``stages-S-C`` and ``lp-N-M`` the
 four launches under another fold-pipeline or listed-collect rule (``rule_launch``);
 ``chunks-pf`` the four launches with the threshold prefetching its listed segments into the L2
-(``prefetch_source``).
+(``prefetch_source``); ``lp2-N-M`` the listed collect taking its spans two at a time, N
+programs a row from M rows (``pair_source``).
 Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20
 replays, as ``bench topk``), after every variant's output was compared bitwise with the
 first's; ``--kernels`` then prints each variant's per-kernel profiler table
@@ -70,6 +71,8 @@ def runner(name):
         return rule_launch(name)
     if name == "chunks-pf":
         return load_source(prefetch_source(), "topk_pf", "dsv4_decode.ops.topk").launch
+    if name.startswith("lp2-"):
+        return pair_launch(name)
     _, warps, tile = name.split("-")
 
     def launch(*args):
@@ -137,6 +140,62 @@ def prefetch_source() -> str:
          "        _threshold_kernel[(rows, n_reg)](\n            x16, x16.stride(0), lengths,"),
         (store, store + pf),
     ])
+
+
+# ``lp2-N-M`` (session 37, prepared without a GPU): a listed row's collect program takes its
+# spans two at a time, q and q + P: both list loads, then both span loads, are in flight before
+# the first span's atomic, so a program of two spans waits about one chain, not two. With N
+# programs a row from M rows (fewer CTAs: at 64 rows x 20 programs one wave of the collect
+# where 32 programs take two), the other row counts as the rule says. Results cannot change.
+PAIR_LOAD = """
+@triton.jit
+def _span_load(x_row, len_e, l_row, pk, q, t, n_act, NSEG: tl.constexpr, SEG: tl.constexpr,
+               RS: tl.constexpr, NR: tl.constexpr):
+    g = q * NSEG + t // (SEG // 8)
+    ok = g < n_act
+    c = tl.zeros_like(g)
+    base = tl.zeros_like(g)
+    for j in tl.static_range(1, NR):
+        pj = ((pk >> (16 * j)) & 0xFFFF).to(tl.int32)
+        c += (pj <= g).to(tl.int32)
+        base = tl.where(pj <= g, pj, base)
+    seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
+    e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
+    e = e0[:, None] + tl.arange(0, 8)[None, :]
+    u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
+    return u, e0, tl.where(ok, tl.minimum(tl.maximum(len_e - e0, 0), 8), 0)
+
+
+@triton.jit
+def _collect_listed("""
+
+PAIR_LOOP = """    q = p
+    while q < n_spans:  # spans q and q + P (past the list: masked loads, nothing stored)
+        u, e0, n_in = _span_load(x_row, len_e, l_row, pk, q, t, n_act, NSEG, SEG, RS, NR)
+        u2, e2, n_in2 = _span_load(x_row, len_e, l_row, pk, q + P, t, n_act, NSEG, SEG, RS,
+                                   NR)
+        _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP, ROW_PTX)
+        if q + P < n_spans:
+            _collect_span(u2, e2, n_in2, q + P, t0, cnt_ptr, cb_ptr, cc_row, CAP, ROW_PTX)
+        q += 2 * P
+"""
+
+
+def pair_source() -> str:
+    """This tree's ``_triton.py`` whose listed collect programs take spans two at a time."""
+    src = open(_triton.__file__).read()
+    i = src.index("    q = p\n    while q < n_spans:")
+    j = src.index("        q += P\n", i) + len("        q += P\n")
+    src = src[:i] + PAIR_LOOP + src[j:]
+    return patch(src, [("@triton.jit\ndef _collect_listed(", PAIR_LOAD)])
+
+
+def pair_launch(name: str):
+    """``lp2-N-M``: the paired listed collect (``pair_source``), N programs a row from M rows."""
+    _, a, b = name.split("-")
+    mod = load_source(pair_source(), "topk_" + name.replace("-", "_"), "dsv4_decode.ops.topk")
+    mod.list_programs = lambda rows: int(a) if rows >= int(b) else list_programs(rows)
+    return mod.launch
 
 
 def cell(variants, rows, cols, valid, k, kernels=False) -> None:
