@@ -143,32 +143,11 @@ def prefetch_source() -> str:
 
 
 # ``lp2-N-M`` (session 37, prepared without a GPU): a listed row's collect program takes its
-# spans two at a time, q and q + P: both list loads, then both span loads, are in flight before
-# the first span's atomic, so a program of two spans waits about one chain, not two. With N
-# programs a row from M rows (fewer CTAs: at 64 rows x 20 programs one wave of the collect
-# where 32 programs take two), the other row counts as the rule says. Results cannot change.
-PAIR_LOAD = """
-@triton.jit
-def _span_load(x_row, len_e, l_row, pk, q, t, n_act, NSEG: tl.constexpr, SEG: tl.constexpr,
-               RS: tl.constexpr, NR: tl.constexpr):
-    g = q * NSEG + t // (SEG // 8)
-    ok = g < n_act
-    c = tl.zeros_like(g)
-    base = tl.zeros_like(g)
-    for j in tl.static_range(1, NR):
-        pj = ((pk >> (16 * j)) & 0xFFFF).to(tl.int32)
-        c += (pj <= g).to(tl.int32)
-        base = tl.where(pj <= g, pj, base)
-    seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
-    e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
-    e = e0[:, None] + tl.arange(0, 8)[None, :]
-    u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
-    return u, e0, tl.where(ok, tl.minimum(tl.maximum(len_e - e0, 0), 8), 0)
-
-
-@triton.jit
-def _collect_listed("""
-
+# spans two at a time, q and q + P (``_span_load`` twice): both list loads, then both span
+# loads, are in flight before the first span's atomic, so a program of two spans waits about
+# one chain, not two. With N programs a row from M rows (fewer CTAs: at 64 rows x 20 programs
+# one wave of the collect where 32 programs take two), the other row counts as the rule says.
+# Results cannot change.
 PAIR_LOOP = """    q = p
     while q < n_spans:  # spans q and q + P (past the list: masked loads, nothing stored)
         u, e0, n_in = _span_load(x_row, len_e, l_row, pk, q, t, n_act, NSEG, SEG, RS, NR)
@@ -186,8 +165,7 @@ def pair_source() -> str:
     src = open(_triton.__file__).read()
     i = src.index("    q = p\n    while q < n_spans:")
     j = src.index("        q += P\n", i) + len("        q += P\n")
-    src = src[:i] + PAIR_LOOP + src[j:]
-    return patch(src, [("@triton.jit\ndef _collect_listed(", PAIR_LOAD)])
+    return src[:i] + PAIR_LOOP + src[j:]
 
 
 def pair_launch(name: str):

@@ -359,22 +359,32 @@ def _collect_listed(x_row, len_e, p, t0, cnt_ptr, l_row, r, pre, n_act, cb_ptr, 
     pk = tl.sum(pre.to(tl.int64) << (16 * r).to(tl.int64), axis=0)
     q = p
     while q < n_spans:  # (a while: the interpreter cannot range over a tensor)
-        g = q * NSEG + t // (SEG // 8)  # places in the row's list
-        ok = g < n_act
-        # region c of place g: the last one whose prefix is <= g (prefixes never decrease)
-        c = tl.zeros_like(g)
-        base = tl.zeros_like(g)
-        for j in tl.static_range(1, NR):
-            pj = ((pk >> (16 * j)) & 0xFFFF).to(tl.int32)
-            c += (pj <= g).to(tl.int32)
-            base = tl.where(pj <= g, pj, base)
-        seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
-        e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
-        e = e0[:, None] + tl.arange(0, 8)[None, :]
-        u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
-        n_in = tl.where(ok, tl.minimum(tl.maximum(len_e - e0, 0), 8), 0)
+        u, e0, n_in = _span_load(x_row, len_e, l_row, pk, q, t, n_act, NSEG, SEG, RS, NR)
         _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP, ROW_PTX)
         q += P
+
+
+@triton.jit
+def _span_load(x_row, len_e, l_row, pk, q, t, n_act, NSEG: tl.constexpr, SEG: tl.constexpr,
+               RS: tl.constexpr, NR: tl.constexpr):
+    """Span q of a listed row as ``_collect_span`` takes it: its list places' segments (region
+    prefixes packed in ``pk``), their elements ``u`` [CHUNK / 8, 8] (8 a thread row
+    ``t``), each thread row's first column ``e0`` and elements inside the length ``n_in``;
+    places past the list (``n_act``) load nothing."""
+    g = q * NSEG + t // (SEG // 8)  # places in the row's list
+    ok = g < n_act
+    # region c of place g: the last one whose prefix is <= g (prefixes never decrease)
+    c = tl.zeros_like(g)
+    base = tl.zeros_like(g)
+    for j in tl.static_range(1, NR):
+        pj = ((pk >> (16 * j)) & 0xFFFF).to(tl.int32)
+        c += (pj <= g).to(tl.int32)
+        base = tl.where(pj <= g, pj, base)
+    seg = tl.load(l_row + c * RS + g - base, mask=ok, other=0)
+    e0 = tl.multiple_of(seg * SEG + (t % (SEG // 8)) * 8, 8)
+    e = e0[:, None] + tl.arange(0, 8)[None, :]
+    u = tl.load(x_row + e, mask=ok[:, None] & ((e // 8) * 8 < len_e), other=0)
+    return u, e0, tl.where(ok, tl.minimum(tl.maximum(len_e - e0, 0), 8), 0)
 
 
 @triton.jit
