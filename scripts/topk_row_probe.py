@@ -105,17 +105,17 @@ def nolist_launch(n: int):
 def rule_launch(name: str):
     """``stages-S-C``: a copy of ``_triton`` whose folds of R >= 4 chunks are pipelined with S
     stages on rows of more than C chunks (``config.fold_stages``: 5 stages above 256, above
-    64 from 64 rows);
+    64 from 64 rows at k <= 512);
     ``lp-N-M``: N listed collect programs a row from M rows (``config.list_programs``: 32 from
-    64 rows, 40 from 48, else 64), the other row counts as the rule says."""
+    64 rows at k <= 512, 40 from 48, else 64), the other row counts as the rule says."""
     mod = load_source(open(_triton.__file__).read(), "topk_" + name.replace("-", "_"),
                       "dsv4_decode.ops.topk")
     kind, a, b = name.split("-")
     if kind == "stages":
-        mod.fold_stages = lambda rows, n_chunks, log_r: (int(a) if n_chunks > int(b)
-                                                         and log_r >= 2 else 1)
+        mod.fold_stages = lambda rows, n_chunks, log_r, k: (int(a) if n_chunks > int(b)
+                                                            and log_r >= 2 else 1)
     else:
-        mod.list_programs = lambda rows: int(a) if rows >= int(b) else list_programs(rows)
+        mod.list_programs = lambda rows, k: int(a) if rows >= int(b) else list_programs(rows, k)
     return mod.launch
 
 
@@ -172,7 +172,7 @@ def pair_launch(name: str):
     """``lp2-N-M``: the paired listed collect (``pair_source``), N programs a row from M rows."""
     _, a, b = name.split("-")
     mod = load_source(pair_source(), "topk_" + name.replace("-", "_"), "dsv4_decode.ops.topk")
-    mod.list_programs = lambda rows: int(a) if rows >= int(b) else list_programs(rows)
+    mod.list_programs = lambda rows, k: int(a) if rows >= int(b) else list_programs(rows, k)
     return mod.launch
 
 

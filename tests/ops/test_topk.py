@@ -309,7 +309,7 @@ def test_collect_takes_exactly_the_elements_at_or_above_t0(folded, device, monke
         monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
         monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
         monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
-        monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
+        monkeypatch.setattr(_triton, "list_programs", lambda rows, k: 2)
     gen = torch.Generator().manual_seed(21)
     k, cols = 16, 9000
     x = torch.cat([make_logits("random", 2, cols, gen), make_logits("special", 2, cols, gen),
@@ -349,7 +349,7 @@ def test_listed_rows_at_large_k_use_finer_segments(device, monkeypatch):
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: 1)
     monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
     monkeypatch.setattr(_triton, "LIST_REGION", 2 * NSEG)
-    monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
+    monkeypatch.setattr(_triton, "list_programs", lambda rows, k: 2)
     gen = torch.Generator().manual_seed(34)
     x = make_logits("random", 3, cols, gen)
     lens = torch.tensor([cols, 9000, 4100], dtype=torch.int32)
@@ -380,7 +380,7 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
         monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: True)
         monkeypatch.setattr(_triton, "strided_fold", lambda rows, n, k: layout == "strided")
         monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
-        monkeypatch.setattr(_triton, "list_programs", lambda rows: 2)
+        monkeypatch.setattr(_triton, "list_programs", lambda rows, k: 2)
     gen = torch.Generator().manual_seed(24)
     cols = 9000
     lens = torch.tensor([1, 2, 3, 2045, 2046, 2047, 2049, 4100, 6143, 8999], dtype=torch.int32)
@@ -417,9 +417,9 @@ def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     monkeypatch.setattr(_triton, "span_log2", lambda rows, n_chunks: log_r)
     monkeypatch.setattr(_triton, "listed", lambda rows, n_chunks: lists)
     monkeypatch.setattr(_triton, "strided_fold", lambda rows, n_chunks, k: strided)
-    monkeypatch.setattr(_triton, "fold_stages", lambda rows, n_chunks, lg: stages)
+    monkeypatch.setattr(_triton, "fold_stages", lambda rows, n_chunks, lg, k: stages)
     monkeypatch.setattr(_triton, "LIST_REGION", 2 * _triton.NSEG)
-    monkeypatch.setattr(_triton, "list_programs", lambda rows: 2 if log_r == 1 else 1)
+    monkeypatch.setattr(_triton, "list_programs", lambda rows, k: 2 if log_r == 1 else 1)
     gen = torch.Generator().manual_seed(log_r)
     for k, cols in ((4, 9000), (64, 16384)):
         x = make_logits("random", 7, cols, gen)

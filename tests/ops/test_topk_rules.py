@@ -9,13 +9,16 @@ from dsv4_decode.ops.topk.config import TopkConfig
 
 def test_many_row_rules():
     """The row-count rules of folded grids: listed collect programs a row (64, 40 from 48
-    rows, 32 from 64) and the pipelined fold (R >= 4 on rows of more than 256 chunks, or of
-    more than 64 from 64 rows)."""
+    rows, at k <= 512 32 from 64) and the pipelined fold (R >= 4 on rows of more than 256
+    chunks, or at k <= 512 of more than 64 from 64 rows)."""
     from dsv4_decode.ops.topk.config import fold_stages, list_programs
 
-    assert [list_programs(r) for r in (1, 47, 48, 63, 64, 192)] == [64, 64, 40, 40, 32, 32]
-    assert fold_stages(6, 512, 2) == fold_stages(64, 128, 3) == fold_stages(64, 65, 2) == 5
-    assert fold_stages(6, 512, 1) == fold_stages(48, 128, 3) == fold_stages(64, 64, 3) == 1
+    lp = [list_programs(r, 512) for r in (1, 47, 48, 63, 64, 192)]
+    assert lp == [64, 64, 40, 40, 32, 32] and list_programs(64, 2048) == 40
+    assert fold_stages(6, 512, 2, 2048) == fold_stages(64, 128, 3, 512) == 5
+    assert fold_stages(64, 65, 2, 16) == fold_stages(64, 257, 2, 2048) == 5
+    assert fold_stages(6, 512, 1, 512) == fold_stages(48, 128, 3, 512) == 1
+    assert fold_stages(64, 64, 3, 512) == fold_stages(64, 128, 3, 2048) == 1
 
 
 def test_cluster_ctas_rule():

@@ -20,7 +20,7 @@ kernel's wait):
    256-bin histogram below the maximum, else a bitwise search). At least k elements are >= T0
    (every one of those k groups holds its maximum), so the top k are >= T0.
 3. ``_collect_kernel``    grid (rows, chunks) on grids of at most ``config.CHUNK_PROGRAMS``
-   chunk programs, (rows, ``list_programs(rows)``) on larger ones (``config.listed``):
+   chunk programs, (rows, ``list_programs(rows, k)``) on larger ones (``config.listed``):
    re-reads the row (whole chunks, a program each; on the larger grids a row of more than
    that many chunks is *listed* (``_listed``): only the 128-element segments whose maximum,
    stored by pass 1, reaches T0, from the threshold's lists) and appends every element >= T0
@@ -627,14 +627,14 @@ def launch(x16, lengths, out, ws, cfg, k: int, fuse: bool = False, pdl: bool = T
     dep = dict(PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     lst = listed(rows, n_chunks)  # large grids collect from segment lists
     nseg = cfg.nseg if lst else NSEG  # segments a chunk (only listed grids store them)
-    lp = list_programs(rows)
+    lp = list_programs(rows, k)
     common = dict(CHUNK=cfg.chunk)
     spans = dict(LMAX=cfg.lmax, TARGET=cfg.target, GROUPS=cfg.groups, R=1 << log_r, LOG_R=log_r,
                  STRIDED=strided_fold(rows, n_chunks, k))
     _group_max_kernel[(rows, triton.cdiv(n_chunks, 1 << log_r))](
         x16, lengths, ws.gmax, ws.smax, ws.thr, ws.cnt, ws.tick, x16.stride(0),
         ws.gmax.stride(0), ws.smax.stride(0), cols, k,
-        STAGES=fold_stages(rows, n_chunks, log_r),
+        STAGES=fold_stages(rows, n_chunks, log_r, k),
         maxnreg=FOLD2_MAXNREG if log_r == 1 and k <= 512 else None,  # one wave at 1,536
         NSEG=nseg, SEGS=lst, FUSE=fuse, TWIN=not x16.is_cuda, num_warps=WARPS["group_max"],
         **spans, **common, **dep)

@@ -71,19 +71,20 @@ LIST_REGION = 2048
 # there; session 22, run 5, on 512K rows: 1/8 +1.5 to +3.5, all valid -1.5 to +0.2). 5
 # stages, not 4, since the packed maxima (session 24, run 4, R = 8): 64 x 1M all 57.9 ->
 # 57.4, 48 x 1M all 47.6 -> 47.1, 64 x 1M 1/8 24.8 -> 23.2; 6 stages were slower than 5 in
-# all three. From FOLD_STAGES_ROWS rows on 256K-512K rows too (session 37, two H100 runs,
-# same process): 64 x 256K all -0.6 / -1.0, 1/8 -0.5 / -0.4, 64 x 512K within 0.1; at 48
-# rows it lost (256K all +1.3, 512K all +1.0), so not below.
+# all three. At k <= 512 from FOLD_STAGES_ROWS rows on 256K-512K rows too (session 37, two
+# H100 runs, same process): 64 x 256K all -0.6 / -1.0, 1/8 -0.5 / -0.4, 64 x 512K within
+# 0.1; at 48 rows it lost (256K all +1.3, 512K all +1.0), so not below; k = 2,048 not measured.
 FOLD_STAGES = 5
 FOLD_STAGES_ROWS = 64
 
 
-def fold_stages(rows: int, n_chunks: int, log_r: int) -> int:
+def fold_stages(rows: int, n_chunks: int, log_r: int, k: int) -> int:
     """Pipeline stages of a group-maxima program that folds R = 2**log_r chunks of a grid of
-    ``rows`` rows of ``n_chunks`` chunks: ``FOLD_STAGES`` where it folds by R >= 4 on
-    1M-column rows, or on rows of more than 64 chunks (128K columns) from
-    ``FOLD_STAGES_ROWS`` rows; else 1."""
-    long_rows = n_chunks > 256 or (n_chunks > 64 and rows >= FOLD_STAGES_ROWS)
+    ``rows`` rows of ``n_chunks`` chunks, for the top ``k``: ``FOLD_STAGES`` where it folds
+    by R >= 4 on 1M-column rows, or at k <= 512 on rows of more than 64 chunks (128K
+    columns) from ``FOLD_STAGES_ROWS`` rows; else 1."""
+    many = rows >= FOLD_STAGES_ROWS and k <= 512
+    long_rows = n_chunks > 256 or (n_chunks > 64 and many)
     return FOLD_STAGES if long_rows and log_r >= 2 else 1
 
 
@@ -127,9 +128,10 @@ ROW_ROWS = 48
 # ~39-46 spans, and the programs past a row's spans are waves of CTAs that only exit (session
 # 22, run 8, 40 against 64 programs: 64 x 1M all 61.5 -> 58.8 µs, 48 x 1M all 49.5 -> 48.5,
 # 64 x 256K all 34.3 -> 33.6; at fewer rows the loops cost more: 12 x 1M all +1.4, and
-# 24 x 1M 1/8 +1.6, whose 64-chunk rows are listed then). From LIST_MOST_ROWS rows
-# LIST_PROGRAMS_MOST: 64 x 1M all -0.48 µs on the H200 (sessions 28 and 29), -0.77 on an H100
-# (session 37); at 48 rows 32 programs cost +0.2 at 256K and 1M all (session 29).
+# 24 x 1M 1/8 +1.6, whose 64-chunk rows are listed then). At k <= 512 from LIST_MOST_ROWS
+# rows LIST_PROGRAMS_MOST: 64 x 1M all -0.48 µs on the H200 (sessions 28 and 29), -0.77 and
+# -0.95 on an H100 (session 37); at 48 rows 32 programs cost +0.2 at 256K and 1M all (session
+# 29). k = 2,048 lists more segments a row and was not measured with 32.
 LIST_PROGRAMS = 64
 LIST_PROGRAMS_MANY = 40
 LIST_MANY_ROWS = 48
@@ -144,9 +146,9 @@ def listed(rows: int, n_chunks: int) -> bool:
     return rows * n_chunks > CHUNK_PROGRAMS
 
 
-def list_programs(rows: int) -> int:
-    """Collect programs a row of a folded plain-mode grid of ``rows`` rows."""
-    if rows >= LIST_MOST_ROWS:
+def list_programs(rows: int, k: int) -> int:
+    """Collect programs a row of a folded plain-mode grid of ``rows`` rows, for the top ``k``."""
+    if rows >= LIST_MOST_ROWS and k <= 512:
         return LIST_PROGRAMS_MOST
     return LIST_PROGRAMS_MANY if rows >= LIST_MANY_ROWS else LIST_PROGRAMS
 
