@@ -16,8 +16,9 @@ default with and without ``long_first``. Prints one line a cell. No CSV.
 ``--kernels``: instead, the default config run by this tree's wgmma kernel and by each given
 copy of ``_gluon.py`` (e.g. ``git show REV:dsv4_decode/ops/sparse_attn/_gluon.py > old.py``;
 a device copy of the tree has no git), its ``_wgmma_attn_kernel`` swapped into the launcher:
-a kernel change timed against its predecessor in one process. ``--kernels prefetch`` names
-``prefetch_source()``'s patched copy of this tree's ``_gluon.py`` instead of a file.
+a kernel change timed against its predecessor in one process. Session 36's ``--kernels
+prefetch`` (the splits prefetching their records into the L2; measured in session 37, not
+kept) is in 7d97dad's copy.
 """
 
 import sys
@@ -34,7 +35,7 @@ from dsv4_decode.ops.sparse_attn import (
     wgmma_config,
 )
 from dsv4_decode.ops.sparse_attn import _triton as launcher
-from dsv4_decode.utils.module_copy import PREFETCH_L2, load_file, load_source, patch
+from dsv4_decode.utils.module_copy import load_file
 
 CELLS = [(b, ql, h) for h in (16, 64) for ql in (6, 1) for b in (1, 2, 4, 8, 16, 32)]
 
@@ -64,96 +65,9 @@ KERNELS = {}  # name -> the _wgmma_attn_kernel it runs (``--kernels``); empty: t
 
 
 def load_kernel(path):
-    """``_wgmma_attn_kernel`` of a copy of ``_gluon.py`` at ``path`` (``prefetch``: of
-    ``prefetch_source()``)."""
-    if path == "prefetch":
-        mod = load_source(prefetch_source(), "alt_prefetch", "dsv4_decode.ops.sparse_attn")
-    else:
-        mod = load_file(path, prefix="alt_")
+    """``_wgmma_attn_kernel`` of a copy of ``_gluon.py`` at ``path``."""
+    mod = load_file(path, prefix="alt_")
     return mod.__name__, mod._wgmma_attn_kernel
-
-
-# ``--kernels prefetch`` (session 36, prepared without a GPU): the splits ask the L2 for their
-# records a step or two ahead (``prefetch.global.L2`` of every 128-byte line of a valid record,
-# one address a thread, no replicas), so that the loads they wait on read the L2, not HBM
-# (the benchmark rotates 20 input sets: past the L2 from about 8 requests, by the shapes).
-# - Index list: the one-stage staging's copies of step i + 1 are issued mid-step i. The
-#   prologue asks for step 1's records; step i, after its products, for step i + 2's (index
-#   loaded at step i - 1 in the prefetch's own row layout, an L1 hit beside the copies' load;
-#   block-table entry after step i's dequantisation).
-# - Window: step i's records are loaded into registers at its top, all latency exposed; step i
-#   asks for step i + 1's once its own loads are issued (their addresses need no load).
-# Results cannot change: bitwise equal to the tree's.
-PREFETCH_HELPERS = f'''
-PREFETCH_L2 = gl.constexpr({PREFETCH_L2!r})
-
-
-@gluon.constexpr_function
-def _prefetch_layout(probes, warps):
-    """[64 records, probes]: one address a thread, no replicas."""
-    return gl.BlockedLayout([1, 1], [32 // probes, probes], [warps, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def _probes(nbytes):
-    """Probes a record of nbytes needs: no 128-byte line of it farther than 128 bytes from one
-    (a power of two, for the layout)."""
-    need, p = -(-(nbytes - 1) // 128) + 1, 1
-    while p < need:
-        p *= 2
-    return p
-
-
-@gluon.jit
-def _prefetch_records(base_ptr, rec, valid, NBYTES: gl.constexpr):
-    """prefetch.global.L2 of every 128-byte line of the valid records ``rec`` (``rec`` in the
-    row layout of ``_prefetch_layout(_probes(NBYTES))``): bytes 0, d, 2d, ... and the last."""
-    P: gl.constexpr = _probes(NBYTES)
-    pl: gl.constexpr = _prefetch_layout(P, gl.num_warps())
-    o = gl.minimum(gl.arange(0, P, layout=gl.SliceLayout(0, pl)) * ((NBYTES - 2) // (P - 1) + 1),
-                   NBYTES - 1)
-    addr = base_ptr + gl.expand_dims(rec, 1) + gl.expand_dims(o, 0).to(gl.int64)
-    ok = gl.expand_dims(valid, 1) & gl.expand_dims(o >= 0, 0)
-    gl.inline_asm_elementwise(
-        PREFETCH_L2, "=r,l,r", [addr, ok.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
-
-
-'''
-
-
-def prefetch_source() -> str:
-    """This tree's ``_gluon.py`` with the L2 prefetches of ``PREFETCH_HELPERS``."""
-    from dsv4_decode.ops.sparse_attn import _gluon
-
-    pl = "gl.SliceLayout(1, _prefetch_layout(_probes(D // 2 + D // 16), gl.num_warps()))"
-    wl = "gl.SliceLayout(1, _prefetch_layout(_probes(D + D // 32), gl.num_warps()))"
-    # after the step's own four chunk loads (both branches), before the barrier
-    w3 = "            c3, s3 = _window_chunk_load(win_ptr, rec, valid, 3, D, L3)\n"
-    bar = "            gl.thread_barrier()  # every warp's wgmmas of the previous step are done\n"
-    return patch(open(_gluon.__file__).read(), [
-        ("\n@gluon.jit\ndef _window_split(", PREFETCH_HELPERS + "@gluon.jit\ndef _window_split("),
-        (w3 + bar, w3 +
-         "            rp, vp = _window_keys(slot, pos, win_ok, w_i0 + (it + 1) * 64, w_hi, ring,"
-         f" WINDOW, D, {wl})\n"
-         "            _prefetch_records(win_ptr, rp, vp, D + D // 32)\n" + bar),
-        ("    _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v0, D)\n",
-         "    _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v0, D)\n"
-         f"    jp = _index_in(idx_ptr, row, c_0 + 64, c_hi, k_sel, {pl})\n"
-         "    rp, vp = _rec(jp, _page(bt_ptr, jp, slot, sel_ok, max_pages, PAGE), n_pages, D,"
-         " PAGE)\n"
-         "    _prefetch_records(comp_ptr, rp, vp, D // 2 + D // 16)\n"
-         f"    jp = _index_in(idx_ptr, row, c_0 + 128, c_hi, k_sel, {pl})\n"),
-        ("        _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)\n",
-         "        _fp4_copy(comp_ptr, raw_s, rsc_s, rec, v1, D)\n"
-         "        pp = _page(bt_ptr, jp, slot, sel_ok, max_pages, PAGE)\n"),
-        ("        m_i, l_i, accs = _softmax_pv(s, ks, p_s, vm, m_i, l_i, accs, qk_scale, mma_o)\n"
-         "        j1 = j2\n",
-         "        m_i, l_i, accs = _softmax_pv(s, ks, p_s, vm, m_i, l_i, accs, qk_scale, mma_o)\n"
-         "        rp, vp = _rec(jp, pp, n_pages, D, PAGE)\n"
-         "        _prefetch_records(comp_ptr, rp, vp, D // 2 + D // 16)\n"
-         f"        jp = _index_in(idx_ptr, row, c_0 + (it + 3) * 64, c_hi, k_sel, {pl})\n"
-         "        j1 = j2\n"),
-    ])
 
 
 def cell(requests, q_len, heads, warps=False, splits=(), triton=False) -> None:

@@ -18,9 +18,9 @@ PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of another ``_row.py``; ``nse
 four launches with a listed grid's segments of 2,048 / N columns (``TopkConfig.nseg = N``;
 8cab489's ``nseg-N-RS`` set ``NSEG`` and ``LIST_REGION``); ``stages-S-C`` and ``lp-N-M`` the
 four launches under another fold-pipeline or listed-collect rule (``rule_launch``);
-``chunks-pf`` the four launches with the threshold prefetching its listed segments into the L2
-(``prefetch_source``); ``lp2-N-M`` the listed collect taking its spans two at a time, N
-programs a row from M rows (``pair_source``).
+``lp2-N-M`` the listed collect taking its spans two at a time, N programs a row from M rows
+(``pair_source``). Session 36's ``chunks-pf`` (the threshold prefetching its listed segments
+into the L2; measured in session 37, not kept) is in 7d97dad's copy.
 Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20
 replays, as ``bench topk``), after every variant's output was compared bitwise with the
 first's; ``--kernels`` then prints each variant's per-kernel profiler table
@@ -39,7 +39,7 @@ from dsv4_decode.bench.kernels import kernel_table
 from dsv4_decode.bench.timing import graph_time_us
 from dsv4_decode.ops.topk import _row, _triton, make_topk_workspace
 from dsv4_decode.ops.topk.config import CHUNK_PROGRAMS, list_programs, span_log2
-from dsv4_decode.utils.module_copy import PREFETCH_L2, load_file, load_source, patch
+from dsv4_decode.utils.module_copy import load_file, load_source, patch
 
 CELLS = [(r, c, v) for c in (65536, 262144) for v in ("1/8", "all")
          for r in (1, 6, 12, 24, 48, 64)]
@@ -69,8 +69,6 @@ def runner(name):
         return nolist_launch(int(name.split("-")[2]))
     if name.startswith(("stages-", "lp-")):
         return rule_launch(name)
-    if name == "chunks-pf":
-        return load_source(prefetch_source(), "topk_pf", "dsv4_decode.ops.topk").launch
     if name.startswith("lp2-"):
         return pair_launch(name)
     _, warps, tile = name.split("-")
@@ -117,29 +115,6 @@ def rule_launch(name: str):
     else:
         mod.list_programs = lambda rows, k: int(a) if rows >= int(b) else list_programs(rows, k)
     return mod.launch
-
-
-# ``chunks-pf`` (session 36, prepared without a GPU): the threshold launch asks the L2 for the
-# segments it lists (``prefetch.global.L2`` of their 128-byte lines), so that the listed
-# collect's span loads, two round trips later, read the L2 instead of HBM where the rows are
-# too long to stay there after the fold (1M columns: 128 MB at 64 rows). Results cannot change.
-def prefetch_source() -> str:
-    """This tree's ``_triton.py`` with the threshold's prefetch of its listed segments (two
-    lines a segment of 128 columns, one of 64)."""
-    pf = (
-        "                xs = x_ptr + row.to(tl.int64) * stride_x + i * (CHUNK // NSEG)\n"
-        "                for h in tl.static_range(0, CHUNK // NSEG, 64):  # a line a 64 columns\n"
-        f"                    tl.inline_asm_elementwise({PREFETCH_L2!r}, \"=r,l,r\",\n"
-        "                        [xs + h, act.to(tl.int32)], dtype=tl.int32, is_pure=False,\n"
-        "                        pack=1)\n")
-    store = "                tl.store(list_ptr + row.to(tl.int64) * stride_s + pos, i, mask=act)\n"
-    return patch(open(_triton.__file__).read(), [
-        ("def _threshold_kernel(lengths_ptr,",
-         "def _threshold_kernel(x_ptr, stride_x, lengths_ptr,"),
-        ("        _threshold_kernel[(rows, n_reg)](\n            lengths,",
-         "        _threshold_kernel[(rows, n_reg)](\n            x16, x16.stride(0), lengths,"),
-        (store, store + pf),
-    ])
 
 
 # ``lp2-N-M`` (session 37, prepared without a GPU): a listed row's collect program takes its

@@ -55,11 +55,6 @@ def _gt(dbg_ptr, i):
 
 '''
 
-# A predicated L2 prefetch for patched kernel copies (``tl`` / ``gl.inline_asm_elementwise``,
-# constraints "=r,l,r"): $1 the address, $2 nonzero to issue it.
-PREFETCH_L2 = ("{ .reg .pred %p; setp.ne.s32 %p, $2, 0; @%p prefetch.global.L2 [$1]; "
-               "mov.b32 $0, 0; }")
-
 
 def patch(source: str, patches: list[tuple[str, str]]) -> str:
     """``source`` with each (anchor, replacement) applied to every occurrence of the anchor;

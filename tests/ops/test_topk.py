@@ -407,8 +407,8 @@ def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     row: rows of 1 chunk by chunk, the rest listed, looping). ``strided``: the group maxima
     fold chunks p, p + n_p, ... (``config.strided_fold``), the threshold's group counts
     follow. ``stages`` 3: the spans fold software-pipelined (``config.fold_stages``: 1M-column
-    rows, 256K-512K ones from 64 rows); from R = 4 either fold loads each chunk as two tiles
-    of its segments' halves.
+    rows, 256K-512K ones from 64 rows at k <= 512); from R = 4 either fold loads each chunk
+    as two tiles of its segments' halves.
     ``lists`` False: the grids of ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS`` programs,
     folded by 2 and collected a chunk a program, every row (no lists)."""
     from dsv4_decode.ops.topk import _triton
