@@ -720,8 +720,9 @@ def test_gpu_fused_threshold(rows, cols, k):
     assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1])
 
 
-GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (64, 65536), (64, 524288),
-              (64, 1048576), (3, 1), (5, 777), (4, 100003)]  # 64 x 512K, k = 512: the strided fold
+# 64 x 512K, k = 512: the strided fold; 48 x 256K: R = 4 on a 6,144-chunk grid (session 38)
+GPU_SHAPES = [(1, 65536), (6, 262144), (12, 1048576), (48, 262144), (64, 65536), (64, 524288),
+              (64, 1048576), (3, 1), (5, 777), (4, 100003)]
 
 
 @pytest.mark.gpu

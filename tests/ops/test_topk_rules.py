@@ -21,6 +21,17 @@ def test_many_row_rules():
     assert fold_stages(64, 64, 3, 512) == fold_stages(64, 128, 3, 2048) == 1
 
 
+def test_fold_rule():
+    """Chunks a group-maxima program folds (log2): R = 8 on rows of at most 256 chunks from
+    6,145 chunk programs, R = 4 from 3,073 (session 38), else the smallest R that leaves at
+    most 3,072 programs; R = 2 from 768 programs, none below."""
+    from dsv4_decode.ops.topk.config import span_log2
+
+    assert [span_log2(r, 128) for r in (5, 6, 12, 24, 25, 48, 49, 64)] == [0, 1, 1, 1, 2, 2, 3, 3]
+    assert [span_log2(r, 256) for r in (12, 24, 48)] == [1, 2, 3]
+    assert [span_log2(r, 512) for r in (6, 12, 24, 64)] == [1, 1, 2, 3]
+
+
 def test_cluster_ctas_rule():
     """Block mode's cluster a row: the smallest power of two covering the widest row's chunks
     (4,096 columns at blocks of 8), at most 16, and at most 384 CTAs in all; else 0 (the

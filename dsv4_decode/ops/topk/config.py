@@ -160,9 +160,9 @@ def one_cta_per_row(rows: int, cols: int, k: int) -> bool:
 
 def span_log2(rows: int, n_chunks: int) -> int:
     """log2 of the chunks R one group-maxima program folds: R = 1 (no folding) below
-    ``FOLD2_PROGRAMS`` programs, R = 2 up to ``CHUNK_PROGRAMS``; beyond, R = 8 for rows of at
-    most 256 chunks (512K columns) once more than 3,072 programs remain, else the smallest
-    R >= 2 (at most 8) that leaves at most 3,072 programs.
+    ``FOLD2_PROGRAMS`` programs, R = 2 up to ``CHUNK_PROGRAMS``; beyond, for rows of at most
+    256 chunks (512K columns), R = 8 on grids of more than 6,144 chunks and R = 4 on grids of
+    3,073 to 6,144; else the smallest R >= 2 (at most 8) that leaves at most 3,072 programs.
 
     Measured on the H200 (``scripts/topk_span_sweep.py``, every folded k = 512 cell at R = 2 /
     4 / 8, µs). Session 18 (run 6): all valid, R = 2 was fastest in every cell (12 x 1M 24.8
@@ -172,11 +172,17 @@ def span_log2(rows: int, n_chunks: int) -> int:
     (24 x 512K 14.6 against 16.1 at R = 2, 64 x 256K 18.7 against 20.9 at R = 4), at a price
     of 0.8 to 2.3 all valid (24 x 512K 30.9 / 29.2, 64 x 256K 49.1 / 48.3 / 46.8 at R = 8 /
     4 / 2); on 1M rows R = 8 lost both ways at 12 rows (1/8 15.4 / 15.2 at R = 4, all 27.8 /
-    25.3 at R = 2)."""
+    25.3 at R = 2). Session 38 (runs 1-3 on an H100, same process, µs, R = 4 / 8): on the
+    6,144-chunk grids R = 4 won at both k, 48 x 256K all 23.93 / 24.94 and 24.26 / 24.89,
+    1/8 12.37 / 13.56 and 12.20 / 13.38, 24 x 512K all 21.69 / 21.99, 1/8 11.05 / 11.36; at
+    k = 2,048 48 x 256K all 39.28 / 41.68, 1/8 18.63 / 20.11, 24 x 512K 1/8 18.30 / 19.60;
+    from 8,192 chunks R = 8 stays: 64 x 256K 1/8 13.02 against 14.51 at R = 4, 48 x 512K 1/8
+    14.49 / 14.73 and all valid 34.82 / 35.17 (64 x 512K all 44.68 / 44.00, one run, its 1/8
+    not timed)."""
     if rows * n_chunks <= CHUNK_PROGRAMS:
         return int(rows * n_chunks >= FOLD2_PROGRAMS and n_chunks >= 2)
     if n_chunks <= 256 and rows * n_chunks > 3072:
-        return 3
+        return 3 if rows * n_chunks > 6144 else 2
     r = 2
     while r < 8 and rows * n_chunks > 3072 * r and 2 * r <= n_chunks:
         r *= 2
