@@ -17,10 +17,10 @@ the last became the collect's span); ``file:PATH`` the four launches of another
 PATH``); ``rowfile:PATH`` the one-CTA-a-row kernel of another ``_row.py``; ``nseg-N`` the
 four launches with a listed grid's segments of 2,048 / N columns (``TopkConfig.nseg = N``;
 8cab489's ``nseg-N-RS`` set ``NSEG`` and ``LIST_REGION``); ``stages-S-C`` and ``lp-N-M`` the
-four launches under another fold-pipeline or listed-collect rule (``rule_launch``);
-``lp2-N-M`` the listed collect taking its spans two at a time, N programs a row from M rows
-(``pair_source``). Session 36's ``chunks-pf`` (the threshold prefetching its listed segments
-into the L2; measured in session 37, not kept) is in 7d97dad's copy.
+four launches under another fold-pipeline or listed-collect rule (``rule_launch``).
+Measured and not kept, their code in earlier copies: session 36's ``chunks-pf`` (the threshold
+prefetching its listed segments into the L2; session 37) in 7d97dad's, session 37's
+``lp2-N-M`` (the listed collect taking its spans two at a time; session 38) in e2b4259's.
 Each cell is timed variant by variant, the list twice (CUDA graph of 20 calls, median of 20
 replays, as ``bench topk``), after every variant's output was compared bitwise with the
 first's; ``--kernels`` then prints each variant's per-kernel profiler table
@@ -69,8 +69,6 @@ def runner(name):
         return nolist_launch(int(name.split("-")[2]))
     if name.startswith(("stages-", "lp-")):
         return rule_launch(name)
-    if name.startswith("lp2-"):
-        return pair_launch(name)
     _, warps, tile = name.split("-")
 
     def launch(*args):
@@ -114,40 +112,6 @@ def rule_launch(name: str):
                                                             and log_r >= 2 else 1)
     else:
         mod.list_programs = lambda rows, k: int(a) if rows >= int(b) else list_programs(rows, k)
-    return mod.launch
-
-
-# ``lp2-N-M`` (session 37, prepared without a GPU): a listed row's collect program takes its
-# spans two at a time, q and q + P (``_span_load`` twice): both list loads, then both span
-# loads, are in flight before the first span's atomic, so a program of two spans waits about
-# one chain, not two. With N programs a row from M rows (fewer CTAs: at 64 rows x 20 programs
-# one wave of the collect where 32 programs take two), the other row counts as the rule says.
-# Results cannot change.
-PAIR_LOOP = """    q = p
-    while q < n_spans:  # spans q and q + P (past the list: masked loads, nothing stored)
-        u, e0, n_in = _span_load(x_row, len_e, l_row, pk, q, t, n_act, NSEG, SEG, RS, NR)
-        u2, e2, n_in2 = _span_load(x_row, len_e, l_row, pk, q + P, t, n_act, NSEG, SEG, RS,
-                                   NR)
-        _collect_span(u, e0, n_in, q, t0, cnt_ptr, cb_ptr, cc_row, CAP, ROW_PTX)
-        if q + P < n_spans:
-            _collect_span(u2, e2, n_in2, q + P, t0, cnt_ptr, cb_ptr, cc_row, CAP, ROW_PTX)
-        q += 2 * P
-"""
-
-
-def pair_source() -> str:
-    """This tree's ``_triton.py`` whose listed collect programs take spans two at a time."""
-    src = open(_triton.__file__).read()
-    i = src.index("    q = p\n    while q < n_spans:")
-    j = src.index("        q += P\n", i) + len("        q += P\n")
-    return src[:i] + PAIR_LOOP + src[j:]
-
-
-def pair_launch(name: str):
-    """``lp2-N-M``: the paired listed collect (``pair_source``), N programs a row from M rows."""
-    _, a, b = name.split("-")
-    mod = load_source(pair_source(), "topk_" + name.replace("-", "_"), "dsv4_decode.ops.topk")
-    mod.list_programs = lambda rows, k: int(a) if rows >= int(b) else list_programs(rows, k)
     return mod.launch
 
 
