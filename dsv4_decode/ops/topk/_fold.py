@@ -22,7 +22,6 @@ def _level(len_e, TARGET: tl.constexpr, LMAX: tl.constexpr):
     return s
 
 
-
 @triton.jit
 def _chunk_words(x_row, c, len_e, CHUNK: tl.constexpr, NSEG: tl.constexpr,
                  MASKED: tl.constexpr):
