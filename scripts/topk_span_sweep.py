@@ -7,9 +7,10 @@
 topk.md, sessions 18, 19 and 21). Each cell is timed with R = 2, 4, 8 and 16 forced
 (``_triton.span_log2`` patched), the list twice, the bench's method (CUDA graph of 20 calls,
 median of 20 replays, µs; k = 512 unless ``--k``); every answer is compared with the
-first's. Cells default to the bench's folded k = 512 cells. ``--stages`` also varies
-``config.FOLD_STAGES`` (the pipeline stages of a folding program's loop over its R chunks;
-the launch uses them on 1M-column grids at R >= 4 only).
+first's. Cells default to the bench's folded k = 512 cells, from ``FOLD2_PROGRAMS`` chunk
+programs (below 2,048 the rule folds R = 2, never timed against R = 4: session 39).
+``--stages`` also varies ``config.FOLD_STAGES`` (the pipeline stages of a folding program's
+loop over its R chunks; the launch uses them on 1M-column grids at R >= 4 only).
 """
 
 import sys
@@ -20,7 +21,7 @@ from dsv4_decode.bench import topk as T
 from dsv4_decode.ops.topk import _triton, config, make_topk_workspace
 
 CELLS = [(r, c, v) for c in (262144, 524288, 1048576) for v in ("1/8", "all")
-         for r in (6, 12, 24, 48, 64) if r * c // 2048 > config.CHUNK_PROGRAMS]
+         for r in (6, 12, 24, 48, 64) if r * c // 2048 >= config.FOLD2_PROGRAMS]
 K = 512
 LOGS = (1, 2, 3, 4)  # R = 1 lost in every cell of session 19's run 6
 

@@ -396,7 +396,7 @@ def test_nothing_past_the_length_reaches_a_maximum(layout, device, monkeypatch):
 
 
 @pytest.mark.parametrize("strided, stages", [(False, 1), (True, 1), (False, 3)])
-@pytest.mark.parametrize("log_r, lists", [(1, True), (2, True), (1, False)])
+@pytest.mark.parametrize("log_r, lists", [(1, True), (2, True), (1, False), (2, False)])
 def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     """Many-row grids fold R chunks per group-maxima program and collect a row of more than
     ``list_programs`` chunks from the threshold's lists of active segments (one per region of
@@ -410,7 +410,8 @@ def test_folded_spans(log_r, lists, strided, stages, device, monkeypatch):
     rows, 256K-512K ones from 64 rows at k <= 512); from R = 4 either fold loads each chunk
     as two tiles of its segments' halves.
     ``lists`` False: the grids of ``config.FOLD2_PROGRAMS`` to ``CHUNK_PROGRAMS`` programs,
-    folded by 2 and collected a chunk a program, every row (no lists)."""
+    collected a chunk a program, every row (no lists); folded by 2 (the rule) or 4 (what
+    ``scripts/topk_span_sweep.py`` times on them)."""
     from dsv4_decode.ops.topk import _triton
 
     force_path(monkeypatch, "chunks")
