@@ -63,6 +63,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from dsv4_decode.ops.moe._triton import _mx4_dot
 from dsv4_decode.ops.moe.api import repack_mxfp4
+from dsv4_decode.utils.sm90 import sass
 
 # word o of a 64-input step's 8 -> k offset from the word's base (the A fragment's k + 1, + 8,
 # + 16 bits); the decode yields them in the order l0 h0 l2 h2 l1 h1 l3 h3 (_mx4_dot)
@@ -357,19 +358,15 @@ def report(name, fn, sig, const, gluon_fn=True, num_warps=4, num_stages=1) -> No
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": num_warps, "num_stages": num_stages})
     tools = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
+    text = sass(kernel)
     with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", path],
-                              capture_output=True, text=True).stdout
         ptx = os.path.join(d, "k.ptx")
         with open(ptx, "w") as f:
             f.write(kernel.asm["ptx"])
         info = subprocess.run([os.path.join(tools, "ptxas"), "-arch=sm_90a", "-v", ptx, "-o",
                                os.devnull], capture_output=True, text=True).stderr
     regs = re.findall(r"Used (\d+) registers", info)
-    ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass))
+    ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text))
     print(f"{name}: {regs[0] if regs else '?'} registers, shared memory "
           f"{kernel.metadata.shared} bytes; SASS: "
           + ", ".join(f"{op} {ops.get(op, 0)}" for op in ("HMMA", "HGMMA", "LDG", "LDGSTS",

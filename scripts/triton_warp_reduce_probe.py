@@ -14,16 +14,13 @@ Both kernels take 512 keys at 8 warps and run three top-two passes (the tree's
   A select built on it needs one exchange of those 48 candidates afterwards.
 """
 
-import os
-import subprocess
-import tempfile
-
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from dsv4_decode.ops.moe._triton import _top2_combine
+from dsv4_decode.utils.sm90 import sass
 
 NONE = tl.constexpr(-(2**63))
 PICKED = tl.constexpr(-(2**63 - 1))
@@ -65,14 +62,8 @@ def report(fn) -> str:
     sig = {"key_ptr": "*i64", "sig_ptr": "*fp32", "out_ptr": "*i64"}
     k = triton.compile(ASTSource(fn, sig, {}), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 8})
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
-    with tempfile.TemporaryDirectory() as d:
-        cubin = os.path.join(d, "k.cubin")
-        with open(cubin, "wb") as f:
-            f.write(k.asm["cubin"])
-        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin],
-                              capture_output=True, text=True, check=True).stdout
-    ins = [w for w in sass.splitlines() if w.strip().startswith("/*") and ";" in w]
+    text = sass(k)
+    ins = [w for w in text.splitlines() if w.strip().startswith("/*") and ";" in w]
     layouts = [w.split("=", 1)[1].strip() for w in k.asm["ttgir"].splitlines()
                if w.startswith("#blocked")]
     return (f"{fn.__name__}: {len(ins)} instructions, {sum('BAR' in w for w in ins)} BAR, "

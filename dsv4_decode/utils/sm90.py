@@ -3,7 +3,8 @@
 The interpreter (``TRITON_INTERPRET=1``) skips Triton's compiler: type checks across branches,
 layouts, dot shapes and register allocation. A kernel can pass every CPU test and still fail to
 compile on an H200. ``spill_stores`` runs the real pipeline (Triton -> PTX -> ptxas for
-``sm_90a``) and returns the spill-store bytes ptxas reports; ``run_compile_script`` runs a
+``sm_90a``) and returns the spill-store bytes ptxas reports; ``sass`` disassembles a compiled
+kernel for the probes' instruction counts; ``run_compile_script`` runs a
 script that uses it in a child process without the interpreter (the tests set it in theirs).
 """
 
@@ -61,6 +62,18 @@ def spill_stores(fn, const: dict, num_warps: int, ptr_types: dict[str, str], *,
                               capture_output=True, text=True).stderr
     return [int(w) for line in info.splitlines() if "spill stores" in line
             for w in line.split() if w.isdigit()][1]
+
+
+def sass(kernel) -> str:
+    """``cuobjdump -sass`` of a compiled kernel (``triton.compile``'s result) as text: the
+    probes count its instructions offline."""
+    tools = os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin")
+    with tempfile.TemporaryDirectory() as d:
+        cubin = os.path.join(d, "k.cubin")
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        return subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin],
+                              capture_output=True, text=True, check=True).stdout
 
 
 def run_compile_script(script: str, timeout: int = 300) -> dict:
