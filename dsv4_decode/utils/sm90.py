@@ -67,7 +67,9 @@ def spill_stores(fn, const: dict, num_warps: int, ptr_types: dict[str, str], *,
 def sass(kernel) -> str:
     """``cuobjdump -sass`` of a compiled kernel (``triton.compile``'s result) as text: the
     probes count its instructions offline."""
-    tools = os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin")
+    import triton
+
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
     with tempfile.TemporaryDirectory() as d:
         cubin = os.path.join(d, "k.cubin")
         with open(cubin, "wb") as f:
